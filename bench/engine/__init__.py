@@ -1,0 +1,1 @@
+"""The federation runtime: clients, server state, RNG streams, local training, evaluation, executors."""

@@ -1,0 +1,68 @@
+"""Small models for the embedded ``digits`` dataset (8x8 grey images, 10 classes)."""
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from bench.models import register_model
+
+
+class MLP(nn.Module):
+    """Flatten -> [Linear -> ReLU] * len(hidden) -> Linear. Features are the last hidden layer."""
+
+    def __init__(self, in_shape: tuple[int, ...], num_classes: int, hidden: tuple[int, ...] = (128, 64)) -> None:
+        super().__init__()
+        layers: list[nn.Module] = [nn.Flatten()]
+        width = math.prod(in_shape)
+        for h in hidden:
+            layers += [nn.Linear(width, h), nn.ReLU()]
+            width = h
+        self.body = nn.Sequential(*layers)
+        self.feature_dim = width
+        self.classifier = nn.Linear(width, num_classes)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        features = self.body(x)
+        return features, self.classifier(features)
+
+
+class SmallCNN(nn.Module):
+    """Two 3x3 conv blocks (conv -> BN -> ReLU, max-pool after the second) -> FC features -> linear head.
+
+    Sized for 8x8 inputs; BatchNorm is on by default so that FedAvg's handling of BN buffers is
+    exercised by the default suite.
+    """
+
+    def __init__(self, in_shape: tuple[int, ...], num_classes: int, channels: tuple[int, int] = (16, 32),
+                 feature_dim: int = 64, batch_norm: bool = True) -> None:
+        super().__init__()
+        c_in, h, w = in_shape
+        c1, c2 = channels
+
+        def block(cin: int, cout: int) -> list[nn.Module]:
+            norm: list[nn.Module] = [nn.BatchNorm2d(cout)] if batch_norm else []
+            return [nn.Conv2d(cin, cout, 3, padding=1, bias=not batch_norm), *norm, nn.ReLU()]
+
+        self.body = nn.Sequential(*block(c_in, c1), *block(c1, c2), nn.MaxPool2d(2), nn.Flatten(),
+                                  nn.Linear(c2 * (h // 2) * (w // 2), feature_dim), nn.ReLU())
+        self.feature_dim = feature_dim
+        self.classifier = nn.Linear(feature_dim, num_classes)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        features = self.body(x)
+        return features, self.classifier(features)
+
+
+@register_model("mlp")
+def mlp(in_shape: tuple[int, ...], num_classes: int, hidden: tuple[int, ...] | list[int] = (128, 64)) -> nn.Module:
+    """Multi-layer perceptron on flattened pixels."""
+    return MLP(in_shape, num_classes, tuple(hidden))
+
+
+@register_model("cnn")
+def cnn(in_shape: tuple[int, ...], num_classes: int, channels: tuple[int, int] | list[int] = (16, 32),
+        feature_dim: int = 64, batch_norm: bool = True) -> nn.Module:
+    """Small two-block CNN with BatchNorm, for 8x8 digits."""
+    return SmallCNN(in_shape, num_classes, (int(channels[0]), int(channels[1])), feature_dim, batch_norm)
