@@ -1,0 +1,84 @@
+"""The interface every method implements.
+
+A round is ``broadcast -> local_update (per selected client, in client-id order) -> aggregate``.
+The FedAvg family overrides only the pieces that differ (usually :meth:`Algorithm.local_loss`);
+methods with other communication patterns (logits on a public set, generators, prototypes)
+override :meth:`Algorithm.run_round` and use the same :class:`~bench.engine.context.Context`.
+"""
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import torch
+import torch.nn.functional as F
+from pydantic import BaseModel, ConfigDict
+
+from bench.engine.context import Context
+from bench.engine.state import Client, Server, Update
+
+
+class AlgorithmParams(BaseModel):
+    """Hyperparameters of a method; subclasses add fields with the paper's defaults."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Algorithm:
+    name: ClassVar[str] = ""
+    Params: ClassVar[type[AlgorithmParams]] = AlgorithmParams
+    has_global_model: ClassVar[bool] = True
+
+    def __init__(self, params: AlgorithmParams, ctx: Context) -> None:
+        self.params = params
+        self.ctx = ctx
+
+    # -- set-up ---------------------------------------------------------------------------------
+
+    def init_server(self) -> Server:
+        return Server(model=self.ctx.build_model("server") if self.has_global_model else None)
+
+    def init_client_model(self, cid: int, server: Server) -> torch.nn.Module:
+        """A client's model: a copy of the global model when there is one, else its own init."""
+        model = self.ctx.build_model("client", cid)
+        if server.model is not None:
+            model.load_state_dict(server.model.state_dict())
+        return model
+
+    # -- one round ------------------------------------------------------------------------------
+
+    def run_round(self, round_index: int, server: Server, clients: list[Client]) -> dict[str, float]:
+        """One communication round over the selected ``clients`` (sorted by id); returns metrics."""
+        updates, losses = [], []
+        for client in clients:
+            self.broadcast(server, client)
+            update, loss = self.local_update(round_index, server, client)
+            updates.append(update)
+            losses.append(loss)
+        self.aggregate(round_index, server, updates)
+        return {"train_loss": sum(losses) / len(losses)}
+
+    def broadcast(self, server: Server, client: Client) -> None:
+        """Send the global model to the client (overwrites its weights and BN buffers)."""
+        if server.model is not None:
+            client.model.load_state_dict(server.model.state_dict())
+
+    def local_update(self, round_index: int, server: Server, client: Client) -> tuple[Update, float]:
+        loss = self.ctx.local_train(client, round_index, self.local_loss)
+        return Update(client.cid, client.data.num_samples, client.model.state_dict()), loss
+
+    def local_loss(self, client: Client, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """The per-batch local objective; plain cross-entropy by default."""
+        _, logits = client.model(x)
+        return F.cross_entropy(logits, y)
+
+    def aggregate(self, round_index: int, server: Server, updates: list[Update]) -> None:
+        """Combine the clients' updates into the server state. Methods without one do nothing."""
+
+    # -- evaluation -----------------------------------------------------------------------------
+
+    def global_model(self, server: Server) -> torch.nn.Module | None:
+        """The model evaluated on the global test set, if the method has one."""
+        return server.model
+
+    def extra_metrics(self, server: Server, clients: list[Client]) -> dict[str, Any]:
+        return {}

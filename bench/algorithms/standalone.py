@@ -1,0 +1,15 @@
+"""Standalone — every client trains only on its own data; nothing is communicated.
+
+The lower bound of the personalised-accuracy comparisons (specs/fedakd.md §4). Each client's
+model persists across rounds from its own initialisation; there is no global model, so only the
+local (personalised) accuracy is reported.
+"""
+from __future__ import annotations
+
+from bench.algorithms import register_algorithm
+from bench.algorithms.base import Algorithm
+
+
+@register_algorithm("standalone")
+class Standalone(Algorithm):
+    has_global_model = False

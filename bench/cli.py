@@ -1,0 +1,151 @@
+"""The ``bench`` command: parses arguments and calls the rooms; no logic of its own.
+
+Bad input exits with status 2 and one line ``error: ...``; a failed (diverged) run exits 1.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from bench.errors import BenchError, Diverged
+
+
+def _run(args: argparse.Namespace) -> int:
+    from bench.config import load_config
+    from bench.engine.executor import RunRequest, run_experiment
+
+    config = load_config(args.config, args.set)
+    out = Path(args.out or f"runs/{config.name}-{config.sha256[:10]}")
+    request = RunRequest(config, out, args.data_dir, args.partition)
+    if args.no_progress:
+        metrics = run_experiment(request)
+    else:
+        from tqdm import tqdm
+
+        with tqdm(total=config.training.rounds, desc=config.name, unit="round") as bar:
+            def progress(t: int, row: dict[str, float]) -> None:
+                bar.update(1)
+                bar.set_postfix({k: f"{v:.4f}" for k, v in row.items() if k.endswith(("acc", "loss"))})
+
+            metrics = run_experiment(request, progress)
+    final = ", ".join(f"{k}={v:.4f}" for k, v in metrics["final"].items())
+    print(f"{out}: final {final}")
+    return 0
+
+
+def _data_prepare(args: argparse.Namespace) -> int:
+    from bench.data import prepare_dataset
+
+    folder = prepare_dataset(args.name, args.data_dir, force=args.force)
+    print(f"prepared {args.name} in {folder}")
+    return 0
+
+
+def _data_list(args: argparse.Namespace) -> int:
+    from bench.data import dataset_names, get_dataset_spec
+
+    for name in dataset_names():
+        spec = get_dataset_spec(name)
+        print(f"{name:16s} {spec.num_classes:4d} classes  {spec.num_train:7d} train  {spec.num_test:6d} test  "
+              f"{spec.description}")
+    return 0
+
+
+def _partition(args: argparse.Namespace) -> int:
+    from bench.config import build_config, load_config
+    from bench.engine.federation import partition_for
+    from bench.data import load_dataset
+
+    config = load_config(args.config, args.set) if args.config else build_config({}, args.set)
+    data = load_dataset(config.dataset.name, args.data_dir)
+    partition = partition_for(config, data, None)
+    out = Path(args.out)
+    partition.save(out)
+    if args.plot:
+        from bench.report.partition_plots import plot_heatmap
+
+        plot_heatmap(partition, out / "heatmap.png", title=f"{config.dataset.name}: {partition.scheme}")
+    sizes = [len(a) for a in partition.train]
+    print(f"{out}: {partition.num_clients} clients, sizes {min(sizes)}-{max(sizes)}, sha256 {partition.sha256[:16]}")
+    return 0
+
+
+def _models(args: argparse.Namespace) -> int:
+    from bench.models.inventory import format_models_table
+
+    print(format_models_table())
+    return 0
+
+
+def _algorithms(args: argparse.Namespace) -> int:
+    from bench.algorithms import algorithm_names, get_algorithm
+
+    for name in algorithm_names():
+        cls = get_algorithm(name)
+        doc = (sys.modules[cls.__module__].__doc__ or "").strip().splitlines()[0]
+        print(f"{name:14s} {doc}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="bench", description="fkd-bench: reproducible federated knowledge "
+                                     "distillation benchmarks. Each subcommand has its own --help.")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    data_dir = dict(type=Path, default=None, help="data folder (default: $BENCH_DATA_DIR, else ./data)")
+    overrides = dict(action="append", default=[], metavar="KEY=VALUE",
+                     help="override a config value, e.g. -S training.rounds=5 -S algorithm.mu=0.1 (repeatable)")
+
+    run = sub.add_parser("run", help="run one experiment from a YAML config",
+                         description="Run one experiment and write config.yaml, metrics.json, curves.csv, "
+                                     "timing.json and provenance.json to --out; log it to MLflow.")
+    run.add_argument("config", type=Path, help="experiment YAML (see examples/)")
+    run.add_argument("-S", "--set", **overrides)
+    run.add_argument("--out", type=Path, help="output folder (default: runs/<name>-<config hash>)")
+    run.add_argument("--data-dir", **data_dir)
+    run.add_argument("--partition", type=Path, help="use this saved partition (must match the config)")
+    run.add_argument("--no-progress", action="store_true", help="no progress bar")
+    run.set_defaults(func=_run)
+
+    data = sub.add_parser("data", help="prepare or list datasets").add_subparsers(dest="data_command", required=True)
+    prep = data.add_parser("prepare", help="download (if needed), verify and cache a dataset as tensors")
+    prep.add_argument("name", help="dataset name (see `bench data list`)")
+    prep.add_argument("--data-dir", **data_dir)
+    prep.add_argument("--force", action="store_true", help="prepare again even if a valid cache exists")
+    prep.set_defaults(func=_data_prepare)
+    data.add_parser("list", help="list the registered datasets").set_defaults(func=_data_list)
+
+    part = sub.add_parser("partition", help="build a partition artifact from a config's dataset and partition",
+                          description="Write train_indices.npy, local_test_indices.npy and partition.json "
+                                      "(sizes, class counts, sha256) to --out.")
+    part.add_argument("config", type=Path, nargs="?", help="experiment YAML (default: built-in defaults)")
+    part.add_argument("-S", "--set", **overrides)
+    part.add_argument("--out", type=Path, required=True, help="output folder")
+    part.add_argument("--data-dir", **data_dir)
+    part.add_argument("--plot", action="store_true", help="also draw the client x class heatmap")
+    part.set_defaults(func=_partition)
+
+    sub.add_parser("models", help="list models: parameters, FLOPs per image, feature dimension"
+                   ).set_defaults(func=_models)
+    sub.add_parser("algorithms", help="list the registered algorithms").set_defaults(func=_algorithms)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except BenchError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except Diverged as exc:
+        print(f"error: run failed: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

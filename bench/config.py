@@ -1,0 +1,210 @@
+"""Typed, validated experiment configuration (pydantic) and its stable hash.
+
+A config is YAML; ``-S key.path=value`` overrides are applied before validation. Unknown keys,
+wrong types and invalid values raise :class:`~bench.errors.BenchError` with one message naming the
+key and what is allowed. Algorithm and partition parameters are flat keys validated by the
+parameter model that the algorithm or partition scheme registers.
+"""
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from bench.errors import BenchError
+from bench.fileio import canonical_json, sha256_bytes
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class DatasetConfig(Strict):
+    name: str = "digits"
+
+
+class PartitionConfig(BaseModel):
+    """``scheme`` plus that scheme's own parameters as flat keys (e.g. ``alpha`` for dirichlet)."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+    scheme: str = "iid"
+    num_clients: int = Field(10, ge=1)
+    seed: int = Field(0, ge=0, description="partition seed; fixed per setting, shared by every method and run seed")
+    local_test_fraction: float = Field(0.2, ge=0.0, lt=1.0)
+
+    @property
+    def scheme_params(self) -> dict[str, Any]:
+        return dict(self.model_extra or {})
+
+    @model_validator(mode="after")
+    def _check_scheme(self) -> PartitionConfig:
+        from bench.data.partition import get_partitioner
+
+        params = _validate_params(get_partitioner(self.scheme).params, self.scheme_params)
+        object.__setattr__(self, "__pydantic_extra__", params)
+        return self
+
+
+class ModelConfig(Strict):
+    name: str = "cnn"
+    kwargs: dict[str, Any] = Field(default_factory=dict)
+
+
+class OptimizerConfig(Strict):
+    name: Literal["sgd", "adam"] = "sgd"
+    lr: float = Field(0.05, gt=0)
+    momentum: float = Field(0.0, ge=0, lt=1)
+    weight_decay: float = Field(0.0, ge=0)
+    persistent: bool = Field(False, description="keep each client's optimiser state across rounds")
+
+
+class TrainingConfig(Strict):
+    rounds: int = Field(30, ge=1)
+    local_epochs: int | None = Field(1, ge=1)
+    local_steps: int | None = Field(None, ge=1, description="if set, overrides local_epochs")
+    batch_size: int = Field(32, ge=1)
+    drop_last: bool = False
+    optimizer: OptimizerConfig = Field(default_factory=OptimizerConfig)
+
+    @model_validator(mode="after")
+    def _epochs_or_steps(self) -> TrainingConfig:
+        if self.local_epochs is None and self.local_steps is None:
+            raise ValueError("set training.local_epochs or training.local_steps")
+        return self
+
+
+class ParticipationConfig(Strict):
+    fraction: float = Field(1.0, gt=0, le=1, description="share of clients sampled each round (seeded)")
+
+
+class EvaluationConfig(Strict):
+    every: int = Field(1, ge=1, description="evaluate every k rounds; the last 5 rounds are always evaluated")
+    global_model: bool = True
+    local_models: bool = True
+    batch_size: int = Field(1024, ge=1)
+
+
+class AlgorithmConfig(BaseModel):
+    """``name`` plus the algorithm's hyperparameters as flat keys (e.g. ``mu`` for fedprox)."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+    name: str = "fedavg"
+
+    @property
+    def params(self) -> dict[str, Any]:
+        return dict(self.model_extra or {})
+
+    @model_validator(mode="after")
+    def _check_params(self) -> AlgorithmConfig:
+        from bench.algorithms import get_algorithm
+
+        params = _validate_params(get_algorithm(self.name).Params, self.params)
+        object.__setattr__(self, "__pydantic_extra__", params)
+        return self
+
+
+class TrackingConfig(Strict):
+    mlflow: bool = True
+    experiment: str = "default"
+
+
+class ExperimentConfig(Strict):
+    name: str = "experiment"
+    seed: int = Field(0, ge=0)
+    device: str = "cpu"
+    threads: int = Field(1, ge=1, description="torch intra-op threads for this run")
+    deterministic: bool = True
+    dataset: DatasetConfig = Field(default_factory=DatasetConfig)
+    partition: PartitionConfig = Field(default_factory=PartitionConfig)
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig)
+    training: TrainingConfig = Field(default_factory=TrainingConfig)
+    participation: ParticipationConfig = Field(default_factory=ParticipationConfig)
+    evaluation: EvaluationConfig = Field(default_factory=EvaluationConfig)
+    tracking: TrackingConfig = Field(default_factory=TrackingConfig)
+
+    @model_validator(mode="after")
+    def _cross_checks(self) -> ExperimentConfig:
+        from bench.data import get_dataset_spec
+        from bench.models import get_model_entry
+
+        spec = get_dataset_spec(self.dataset.name)
+        get_model_entry(self.model.name)
+        if self.partition.num_clients > spec.num_train:
+            raise ValueError(f"partition.num_clients={self.partition.num_clients} exceeds the {spec.num_train} "
+                             f"training samples of {spec.name}")
+        return self
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.model_dump(mode="json")
+
+    @property
+    def sha256(self) -> str:
+        """Stable hash of the resolved config (canonical JSON)."""
+        return sha256_bytes(canonical_json(self.to_dict()).encode())
+
+
+def _validate_params(model: type[BaseModel], values: dict[str, Any]) -> dict[str, Any]:
+    """Validate flat parameters against a registered parameter model; the message names each key."""
+    try:
+        return model.model_validate(values).model_dump(mode="json")
+    except ValidationError as exc:
+        allowed = ", ".join(model.model_fields) or "none"
+        raise ValueError(_describe(exc, f" (allowed: {allowed})")) from None
+
+
+def _describe(exc: ValidationError, unknown_hint: str = "") -> str:
+    parts = []
+    for err in exc.errors():
+        key = ".".join(str(p) for p in err["loc"])
+        msg = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "extra_forbidden":
+            msg = "unknown key" + unknown_hint
+        if err["type"] == "value_error" and ": " in msg and key:
+            parts.append(f"{key}.{msg}")  # a nested parameter error already names its key
+        else:
+            parts.append(f"{key}: {msg}" if key else msg)
+    return "; ".join(parts)
+
+
+def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """Apply ``key.path=value`` overrides (values parsed as YAML) to a raw config dict."""
+    out = copy.deepcopy(raw)
+    for item in overrides:
+        if "=" not in item:
+            raise BenchError(f"override {item!r} must look like key.path=value")
+        key, value = item.split("=", 1)
+        node = out
+        *parents, leaf = key.strip().split(".")
+        for part in parents:
+            child = node.setdefault(part, {})
+            if not isinstance(child, dict):
+                raise BenchError(f"override {key}: {part} is not a section")
+            node = child
+        node[leaf] = yaml.safe_load(value)
+    return out
+
+
+def build_config(raw: dict[str, Any], overrides: list[str] | None = None) -> ExperimentConfig:
+    """Validate a raw config dict (plus overrides) into an :class:`ExperimentConfig`."""
+    raw = apply_overrides(raw or {}, overrides or [])
+    try:
+        return ExperimentConfig.model_validate(raw)
+    except ValidationError as exc:
+        raise BenchError(f"invalid config: {_describe(exc)}") from None
+
+
+def load_config(path: str | Path, overrides: list[str] | None = None) -> ExperimentConfig:
+    path = Path(path)
+    try:
+        raw = yaml.safe_load(path.read_text()) or {}
+    except FileNotFoundError:
+        raise BenchError(f"config file {path} not found") from None
+    except yaml.YAMLError as exc:
+        raise BenchError(f"config file {path} is not valid YAML: {exc}") from None
+    if not isinstance(raw, dict):
+        raise BenchError(f"config file {path} must hold a mapping of sections, got {type(raw).__name__}")
+    return build_config(raw, overrides)

@@ -1,0 +1,25 @@
+"""Server-side aggregation helpers shared by the parameter-averaging methods."""
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+
+def weighted_average(states: Sequence[dict[str, torch.Tensor]], weights: Sequence[float]) -> dict[str, torch.Tensor]:
+    """Σ_k w_k · state_k / Σ_k w_k for every floating-point entry, summed in the given (client-id)
+    order. Integer entries (BatchNorm's ``num_batches_tracked``) are copied from the first state:
+    they do not enter the forward pass (specs/fedhkd.md §11.3)."""
+    if not states:
+        raise ValueError("weighted_average needs at least one state")
+    total = float(sum(weights))
+    out: dict[str, torch.Tensor] = {}
+    for key, first in states[0].items():
+        if not first.is_floating_point():
+            out[key] = first.clone()
+            continue
+        acc = torch.zeros_like(first)
+        for state, w in zip(states, weights):
+            acc.add_(state[key], alpha=w / total)
+        out[key] = acc
+    return out

@@ -1,0 +1,137 @@
+"""Run records: metrics/curves files (the source of truth), provenance tags, MLflow (for browsing)."""
+from __future__ import annotations
+
+import csv
+import io
+import math
+import os
+import platform
+import subprocess
+import sys
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import torch
+import yaml
+
+from bench.fileio import sha256_file, write_json, write_text
+
+
+@lru_cache(maxsize=1)
+def code_version() -> dict[str, str]:
+    """Git commit (with a ``-dirty`` suffix for uncommitted changes) and the uv.lock hash."""
+    root = Path(__file__).resolve().parents[2]
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True,
+                                check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", "bench"],
+                               cwd=root, capture_output=True, text=True, check=True).stdout.strip()
+        commit += "-dirty" if dirty else ""
+    except (OSError, subprocess.CalledProcessError):
+        commit = "unknown"
+    lock = root / "uv.lock"
+    return {"git_commit": commit, "uv_lock_sha256": sha256_file(lock) if lock.exists() else "unknown"}
+
+
+def environment() -> dict[str, str]:
+    return {"platform": platform.platform(), "machine": platform.machine(), "python": sys.version.split()[0],
+            "torch": torch.__version__}
+
+
+def provenance(result: Any) -> dict[str, Any]:
+    """Everything needed to audit a run: config hash, data/partition hashes, code, environment, seed."""
+    cfg = result.config
+    return {"config_sha256": cfg.sha256, "dataset_sha256": result.dataset_sha256,
+            "partition_sha256": result.partition_sha256, "seed": cfg.seed, "device": result.device,
+            "deterministic": cfg.deterministic, "threads": cfg.threads, **code_version(), **environment()}
+
+
+def curves_csv(curves: list[dict[str, float]]) -> str:
+    columns = ["round"] + sorted({k for row in curves for k in row} - {"round"})
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(columns)
+    for row in curves:
+        writer.writerow(["" if (v := row.get(c)) is None or (isinstance(v, float) and math.isnan(v)) else repr(v)
+                         for c in columns])
+    return buf.getvalue()
+
+
+def write_run(result: Any, out_dir: str | Path) -> Path:
+    """Write config.yaml, curves.csv, provenance.json, timing.json and — last, so its presence means
+    success — metrics.json. ``metrics.json`` holds no wall-clock values, so a re-run gives it bitwise."""
+    out = Path(out_dir)
+    cfg = result.config
+    write_text(out / "config.yaml", yaml.safe_dump(cfg.to_dict(), sort_keys=True))
+    write_text(out / "curves.csv", curves_csv(result.curves))
+    write_json(out / "provenance.json", provenance(result))
+    write_json(out / "timing.json", result.timing)
+    (out / "failure.json").unlink(missing_ok=True)
+    write_json(out / "metrics.json", {"status": "ok", "config_sha256": cfg.sha256, "seed": cfg.seed,
+                                      "algorithm": cfg.algorithm.name, "rounds": cfg.training.rounds,
+                                      **result.summary()})
+    return out
+
+
+def write_failure(out_dir: str | Path, config: Any, reason: str) -> None:
+    out = Path(out_dir)
+    (out / "metrics.json").unlink(missing_ok=True)
+    write_json(out / "failure.json", {"status": "failed", "reason": reason, "config_sha256": config.sha256,
+                                      "seed": config.seed})
+
+
+def mlflow_uri() -> str:
+    return os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{Path('mlflow.db').resolve()}"
+
+
+def init_mlflow(experiment: str) -> str:
+    """Create the store and experiment once, before runs fan out to processes (anchors.md §3.2)."""
+    import mlflow
+
+    mlflow.set_tracking_uri(mlflow_uri())
+    found = mlflow.get_experiment_by_name(experiment)
+    return found.experiment_id if found else mlflow.create_experiment(experiment)
+
+
+def log_mlflow(config: Any, result: Any | None, out_dir: Path, status: str, error: str | None = None) -> None:
+    """One MLflow run: flattened params, per-round metrics (step = round), provenance tags."""
+    import mlflow
+    from mlflow.entities import Metric, Param, RunTag
+
+    client = mlflow.MlflowClient(mlflow_uri())
+    experiment_id = init_mlflow(config.tracking.experiment)
+    tags = {"seed": str(config.seed), "config_sha256": config.sha256, "out_dir": str(out_dir),
+            "algorithm": config.algorithm.name, "dataset": config.dataset.name,
+            **code_version(), **environment()}
+    if result is not None:
+        tags.update({k: str(v) for k, v in provenance(result).items()})
+    if error:
+        tags["failure"] = error[:5000]
+    run = client.create_run(experiment_id, run_name=f"{config.name}-s{config.seed}")
+    params = [Param(k, str(v)[:6000]) for k, v in _flatten(config.to_dict()).items()]
+    metrics = []
+    if result is not None:
+        stamp = 0
+        for row in result.curves:
+            metrics += [Metric(k, float(v), stamp, int(row["round"])) for k, v in row.items()
+                        if k != "round" and not math.isnan(float(v))]
+        for group, values in result.summary().items():
+            metrics += [Metric(f"{group}/{k}", float(v), stamp, 0) for k, v in values.items()]
+    run_id = run.info.run_id
+    client.log_batch(run_id, tags=[RunTag(k, v) for k, v in tags.items()])
+    for start in range(0, len(params), 100):  # MLflow's per-call limits: 100 params, 1000 metrics
+        client.log_batch(run_id, params=params[start:start + 100])
+    for start in range(0, len(metrics), 1000):
+        client.log_batch(run_id, metrics=metrics[start:start + 1000])
+    client.set_terminated(run_id, status=status)
+
+
+def _flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in tree.items():
+        if isinstance(value, dict) and value:
+            out.update(_flatten(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
