@@ -89,6 +89,39 @@ def _algorithms(args: argparse.Namespace) -> int:
     return 0
 
 
+def _suite(args: argparse.Namespace):  # -> Suite
+    from bench.suites import load_suite
+
+    return load_suite(args.params, args.root, args.set)
+
+
+def _suite_partition(args: argparse.Namespace) -> int:
+    from bench.data import load_dataset
+    from bench.engine.federation import partition_for
+
+    suite = _suite(args)
+    for setting in args.setting or list(suite.params.settings):
+        config = suite.partition_config(setting)
+        partition = partition_for(config, load_dataset(config.dataset.name, args.data_dir), None)
+        partition.save(suite.partition_dir(setting))
+        print(f"{suite.partition_dir(setting)}: sha256 {partition.sha256[:16]}")
+    return 0
+
+
+def _suite_train(args: argparse.Namespace) -> int:
+    from bench.engine.executor import run_many
+
+    suite = _suite(args)
+    methods = args.method or list(suite.params.methods)
+    requests = [r for m in methods for r in suite.requests(m, args.data_dir)]
+    jobs = args.jobs or suite.params.suite.jobs
+    print(f"suite {suite.name}: {len(requests)} runs ({', '.join(methods)}) on {jobs} processes", flush=True)
+    for request, metrics in zip(requests, run_many(requests, jobs)):
+        final = ", ".join(f"{k}={v:.4f}" for k, v in metrics["final"].items() if k.endswith("acc"))
+        print(f"  {request.out_dir}: {final}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="bench", description="fkd-bench: reproducible federated knowledge "
                                      "distillation benchmarks. Each subcommand has its own --help.")
@@ -125,6 +158,25 @@ def build_parser() -> argparse.ArgumentParser:
     part.add_argument("--data-dir", **data_dir)
     part.add_argument("--plot", action="store_true", help="also draw the client x class heatmap")
     part.set_defaults(func=_partition)
+
+    suite = sub.add_parser("suite", help="run a suite's stages (what dvc.yaml calls)").add_subparsers(
+        dest="suite_command", required=True)
+
+    def suite_command(name: str, help_text: str, func: object) -> argparse.ArgumentParser:
+        cmd = suite.add_parser(name, help=help_text)
+        cmd.add_argument("--params", type=Path, default=Path("params.yaml"), help="suite params file")
+        cmd.add_argument("--root", type=Path, default=None,
+                         help="folder for results/ and partitions/ (default: the params file's folder)")
+        cmd.add_argument("-S", "--set", **overrides)
+        cmd.add_argument("--data-dir", **data_dir)
+        cmd.set_defaults(func=func)
+        return cmd
+
+    suite_command("partition", "write every setting's partition artifact", _suite_partition).add_argument(
+        "--setting", action="append", help="only this setting (repeatable)")
+    train = suite_command("train", "run every setting x seed of the given methods", _suite_train)
+    train.add_argument("--method", action="append", help="only this method (repeatable; default: all)")
+    train.add_argument("--jobs", type=int, default=None, help="parallel processes (default: suite.jobs)")
 
     sub.add_parser("models", help="list models: parameters, FLOPs per image, feature dimension"
                    ).set_defaults(func=_models)

@@ -153,10 +153,10 @@ def _validate_params(model: type[BaseModel], values: dict[str, Any]) -> dict[str
         return model.model_validate(values).model_dump(mode="json")
     except ValidationError as exc:
         allowed = ", ".join(model.model_fields) or "none"
-        raise ValueError(_describe(exc, f" (allowed: {allowed})")) from None
+        raise ValueError(describe_validation(exc, f" (allowed: {allowed})")) from None
 
 
-def _describe(exc: ValidationError, unknown_hint: str = "") -> str:
+def describe_validation(exc: ValidationError, unknown_hint: str = "") -> str:
     parts = []
     for err in exc.errors():
         key = ".".join(str(p) for p in err["loc"])
@@ -194,7 +194,7 @@ def build_config(raw: dict[str, Any], overrides: list[str] | None = None) -> Exp
     try:
         return ExperimentConfig.model_validate(raw)
     except ValidationError as exc:
-        raise BenchError(f"invalid config: {_describe(exc)}") from None
+        raise BenchError(f"invalid config: {describe_validation(exc)}") from None
 
 
 def load_config(path: str | Path, overrides: list[str] | None = None) -> ExperimentConfig:

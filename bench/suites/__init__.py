@@ -1,0 +1,111 @@
+"""Suites: which runs make which table cell.
+
+A suite is described by a params file (the root ``params.yaml`` for the default suite,
+``pipelines/<paper>/params.yaml`` for a paper) with this shape::
+
+    suite:    {name, dataset, seeds, jobs, base: <experiment config shared by every run>}
+    settings: {<setting>: <partition section>, ...}      # the columns of the tables
+    methods:  {<method>: {name: <algorithm, default: the key>, <hyperparameters>...}, ...}  # the rows
+
+A run is ``(method, setting, seed)``; its config is ``base`` with the setting's partition, the
+method's algorithm section and the seed merged in. Results live in
+``results/<suite>/<method>/<setting>/seed<seed>/`` and partitions in
+``partitions/<suite>/<setting>/``.
+"""
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from bench.config import ExperimentConfig, apply_overrides, build_config, describe_validation
+from bench.engine.executor import RunRequest
+from bench.errors import BenchError
+
+
+class SuiteSection(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    name: str
+    seeds: list[int] = Field(min_length=1)
+    jobs: int = Field(2, ge=1, description="parallel single-threaded run processes")
+    base: dict[str, Any] = Field(default_factory=dict)
+
+
+class SuiteParams(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    suite: SuiteSection
+    settings: dict[str, dict[str, Any]] = Field(min_length=1)
+    methods: dict[str, dict[str, Any]] = Field(min_length=1)
+
+
+@dataclass(frozen=True)
+class Suite:
+    params: SuiteParams
+    root: Path  # folder results/ and partitions/ are relative to
+
+    @property
+    def name(self) -> str:
+        return self.params.suite.name
+
+    def results_dir(self, method: str | None = None) -> Path:
+        base = self.root / "results" / self.name
+        return base / method if method else base
+
+    def partition_dir(self, setting: str) -> Path:
+        return self.root / "partitions" / self.name / setting
+
+    def run_dir(self, method: str, setting: str, seed: int) -> Path:
+        return self.results_dir(method) / setting / f"seed{seed}"
+
+    def config(self, method: str, setting: str, seed: int) -> ExperimentConfig:
+        p = self.params
+        if method not in p.methods:
+            raise BenchError(f"suite {self.name} has no method {method!r}; methods: {', '.join(p.methods)}")
+        if setting not in p.settings:
+            raise BenchError(f"suite {self.name} has no setting {setting!r}; settings: {', '.join(p.settings)}")
+        raw = copy.deepcopy(p.suite.base)
+        raw.setdefault("partition", {}).update(p.settings[setting])
+        algorithm = dict(p.methods[method])
+        algorithm.setdefault("name", method)
+        raw["algorithm"] = algorithm
+        raw["seed"] = seed
+        raw["name"] = f"{self.name}-{method}-{setting}"
+        raw.setdefault("tracking", {})["experiment"] = f"suite-{self.name}"
+        try:
+            return build_config(raw)
+        except BenchError as exc:
+            raise BenchError(f"suite {self.name}, method {method}, setting {setting}: {exc}") from None
+
+    def requests(self, method: str, data_dir: Path | None = None) -> list[RunRequest]:
+        return [RunRequest(self.config(method, setting, seed), self.run_dir(method, setting, seed), data_dir,
+                           self.partition_dir(setting) if (self.partition_dir(setting) / "partition.json").exists()
+                           else None)
+                for setting in self.params.settings for seed in self.params.suite.seeds]
+
+    def partition_config(self, setting: str) -> ExperimentConfig:
+        """The config whose dataset and partition make this setting's partition (any method will do)."""
+        return self.config(next(iter(self.params.methods)), setting, self.params.suite.seeds[0])
+
+
+def load_suite(params_file: str | Path, root: str | Path | None = None,
+               overrides: list[str] | None = None) -> Suite:
+    """Read a suite's params file; ``root`` (default: the file's folder) holds results/ and partitions/."""
+    path = Path(params_file)
+    try:
+        raw = yaml.safe_load(path.read_text()) or {}
+    except FileNotFoundError:
+        raise BenchError(f"suite params file {path} not found") from None
+    except yaml.YAMLError as exc:
+        raise BenchError(f"suite params file {path} is not valid YAML: {exc}") from None
+    raw = {k: raw[k] for k in ("suite", "settings", "methods") if k in raw}
+    raw = apply_overrides(raw, overrides or [])
+    try:
+        params = SuiteParams.model_validate(raw)
+    except ValidationError as exc:
+        raise BenchError(f"suite params file {path}: {describe_validation(exc)}") from None
+    return Suite(params, Path(root) if root is not None else path.parent)
+
