@@ -197,6 +197,13 @@ def build_config(raw: dict[str, Any], overrides: list[str] | None = None) -> Exp
         raise BenchError(f"invalid config: {describe_validation(exc)}") from None
 
 
+def yaml_problem(exc: yaml.YAMLError) -> str:
+    """One line saying what is wrong in a YAML file and where."""
+    mark = getattr(exc, "problem_mark", None)
+    where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+    return f"{getattr(exc, 'problem', None) or type(exc).__name__}{where}"
+
+
 def load_config(path: str | Path, overrides: list[str] | None = None) -> ExperimentConfig:
     path = Path(path)
     try:
@@ -204,7 +211,7 @@ def load_config(path: str | Path, overrides: list[str] | None = None) -> Experim
     except FileNotFoundError:
         raise BenchError(f"config file {path} not found") from None
     except yaml.YAMLError as exc:
-        raise BenchError(f"config file {path} is not valid YAML: {exc}") from None
+        raise BenchError(f"config file {path} is not valid YAML: {yaml_problem(exc)}") from None
     if not isinstance(raw, dict):
         raise BenchError(f"config file {path} must hold a mapping of sections, got {type(raw).__name__}")
     return build_config(raw, overrides)

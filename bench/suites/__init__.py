@@ -22,7 +22,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from bench.config import ExperimentConfig, apply_overrides, build_config, describe_validation
+from bench.config import ExperimentConfig, apply_overrides, build_config, describe_validation, yaml_problem
 from bench.engine.executor import RunRequest
 from bench.errors import BenchError
 
@@ -100,7 +100,7 @@ def load_suite(params_file: str | Path, root: str | Path | None = None,
     except FileNotFoundError:
         raise BenchError(f"suite params file {path} not found") from None
     except yaml.YAMLError as exc:
-        raise BenchError(f"suite params file {path} is not valid YAML: {exc}") from None
+        raise BenchError(f"suite params file {path} is not valid YAML: {yaml_problem(exc)}") from None
     raw = {k: raw[k] for k in ("suite", "settings", "methods") if k in raw}
     raw = apply_overrides(raw, overrides or [])
     try:

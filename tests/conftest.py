@@ -1,0 +1,32 @@
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bench.config import ExperimentConfig, build_config
+from bench.data import prepare_dataset
+
+
+@pytest.fixture(scope="session")
+def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A data folder with the embedded digits prepared once per session."""
+    folder = tmp_path_factory.mktemp("data")
+    prepare_dataset("digits", folder)
+    return folder
+
+
+@pytest.fixture(autouse=True)
+def _isolated(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Tests never touch the project's data/ or mlflow.db."""
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    monkeypatch.chdir(tmp_path)
+
+
+def small_config(**sections: Any) -> ExperimentConfig:
+    """A fast digits config (3 rounds, MLflow off) with sections merged in."""
+    raw: dict[str, Any] = {"training": {"rounds": 3}, "tracking": {"mlflow": False}}
+    for key, value in sections.items():
+        raw[key] = {**raw.get(key, {}), **value} if isinstance(value, dict) else value
+    return build_config(raw)

@@ -1,0 +1,86 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from bench.cli import main
+from bench.config import build_config, load_config
+from bench.errors import BenchError
+
+
+@pytest.mark.parametrize("raw, message", [
+    ({"trainin": {}}, "trainin: unknown key"),
+    ({"training": {"rounds": "many"}}, "training.rounds: Input should be a valid integer"),
+    ({"training": {"rounds": 0}}, "training.rounds: Input should be greater than or equal to 1"),
+    ({"partition": {"scheme": "dirichlet", "alpha": 0}}, "partition.alpha: Input should be greater than 0"),
+    ({"partition": {"scheme": "dirichlet", "alpha": -1.0}}, "partition.alpha: Input should be greater than 0"),
+    ({"partition": {"scheme": "dirichlet"}}, "partition.alpha: Field required"),
+    ({"partition": {"scheme": "iid", "alpha": 0.5}}, "partition.alpha: unknown key"),
+    ({"partition": {"num_clients": 5000}}, "partition.num_clients=5000 exceeds the 1347 training samples"),
+    ({"algorithm": {"name": "fedprox", "mu": -1}}, "algorithm.mu: Input should be greater than or equal to 0"),
+    ({"algorithm": {"name": "fedprox", "mux": 1}}, "algorithm.mux: unknown key (allowed: weighting, mu)"),
+    ({"algorithm": {"name": "fedsomething"}}, "unknown algorithm 'fedsomething'; available: fedavg"),
+    ({"model": {"name": "resnet1000"}}, "unknown model 'resnet1000'; available:"),
+    ({"dataset": {"name": "imagenet"}}, "unknown dataset 'imagenet'; available:"),
+    ({"participation": {"fraction": 0}}, "participation.fraction: Input should be greater than 0"),
+    ({"training": {"optimizer": {"name": "rmsprop"}}}, "training.optimizer.name: Input should be 'sgd' or 'adam'"),
+])
+def test_bad_config_is_rejected_with_the_key(raw: dict, message: str) -> None:
+    with pytest.raises(BenchError) as info:
+        build_config(raw)
+    assert message in str(info.value)
+    assert "\n" not in str(info.value)
+
+
+def test_overrides_apply_and_change_the_hash() -> None:
+    base = build_config({})
+    same = build_config({}, ["seed=0"])
+    changed = build_config({}, ["algorithm.name=fedprox", "algorithm.mu=0.5", "training.rounds=7"])
+    assert base.sha256 == same.sha256
+    assert changed.algorithm.params["mu"] == 0.5 and changed.training.rounds == 7
+    assert changed.sha256 != base.sha256
+
+
+def test_hash_is_stable_across_key_order() -> None:
+    a = build_config({"training": {"rounds": 4, "batch_size": 16}, "seed": 3})
+    b = build_config({"seed": 3, "training": {"batch_size": 16, "rounds": 4}})
+    assert a.sha256 == b.sha256
+    assert build_config(a.to_dict()).sha256 == a.sha256  # the resolved config round-trips
+
+
+def test_example_config_loads() -> None:
+    cfg = load_config(Path(__file__).parents[1] / "examples" / "fedavg_digits.yaml")
+    assert cfg.algorithm.name == "fedavg" and cfg.partition.num_clients == 10
+
+
+@pytest.mark.parametrize("content, message", [
+    (None, "not found"),
+    ("training: [unclosed", "is not valid YAML"),
+    ("- a list", "must hold a mapping"),
+    ("training: {rounds: -2}", "training.rounds"),
+])
+def test_cli_bad_input_exits_2_with_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                            content: str | None, message: str) -> None:
+    path = tmp_path / "c.yaml"
+    if content is not None:
+        path.write_text(content)
+    assert main(["run", str(path), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and message in err and err.count("\n") == 1
+
+
+def test_cli_unknown_method_via_override(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text("training: {rounds: 1}\n")
+    assert main(["run", str(path), "-S", "algorithm.name=nosuch", "--no-progress"]) == 2
+    assert "unknown algorithm 'nosuch'" in capsys.readouterr().err
+
+
+def test_cli_help_lists_commands(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        main(["--help"])
+    assert info.value.code == 0
+    out = capsys.readouterr().out
+    for command in ("run", "data", "partition", "suite", "models", "algorithms"):
+        assert command in out
