@@ -132,10 +132,10 @@ def make_cinic(root: Path) -> tuple[list[Path], dict]:
     out.mkdir(parents=True)
     from bench.data.cinic import CLASSES
     rows: dict[str, list] = {"train": [], "test": [], "valid": []}
-    for split in rows:
+    for split, members in rows.items():
         for c in (3, 0, 9):
             for k in range(2):
-                rows[split].append((f"{split}/{CLASSES[c]}/img-{k}.png", images(1, 3, 32, 32)[0], c))
+                members.append((f"{split}/{CLASSES[c]}/img-{k}.png", images(1, 3, 32, 32)[0], c))
     path = out / "CINIC-10.tar.gz"
     with tarfile.open(path, "w:gz") as archive:
         for split in ("test", "valid", "train"):  # member order must not matter

@@ -3,21 +3,35 @@
 equal sizes and public set (specs/fedal.md §4.2-4.3), LEAF users; plus properties of every scheme."""
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bench.data import prepared_dir
-from bench.data.paper_partitions import (client_shift, covariate_shift_sample, pca_coordinates, power_law_counts,
-                                         public_split)
-from bench.data.partition import (Partition, Split, build_partition, load_partition, make_partition,
-                                  partition_schemes, register_partitioner, IIDParams)
+from bench.data.paper_partitions import (
+    client_shift,
+    covariate_shift_sample,
+    pca_coordinates,
+    power_law_counts,
+    public_split,
+)
+from bench.data.partition import (
+    IIDParams,
+    Partition,
+    Split,
+    build_partition,
+    load_partition,
+    make_partition,
+    partition_schemes,
+    register_partitioner,
+)
 from bench.data.prepared import PreparedDataset
 from bench.engine.rng import numpy_stream
 from bench.errors import BenchError
-from bench.report.partition_plots import (plot_class_bubbles, plot_class_heatmap, plot_client_summary,
-                                          plot_partition)
+from bench.report.partition_plots import plot_class_bubbles, plot_class_heatmap, plot_client_summary, plot_partition
 
 
 def labels_of(counts: list[int]) -> np.ndarray:
@@ -228,7 +242,7 @@ def test_fedakd_code_form_bcs_ics(pool):
     assert [len(h) for h in bcs.local_test] == [10] * 10  # 80/20
     pc1 = pca_coordinates(features)[:, 0]
     chunks = [np.concatenate([t, h]) for t, h in zip(bcs.train, bcs.local_test)]
-    assert all(pc1[a].max() <= pc1[b].min() for a, b in zip(chunks, chunks[1:]))  # contiguous PC1 slices
+    assert all(pc1[a].max() <= pc1[b].min() for a, b in itertools.pairwise(chunks))  # contiguous PC1 slices
     assert np.all(pc1[np.concatenate(chunks)] <= np.median(pc1) + 1e-9)  # the lowest half
     ics = [make_partition(labels, 10, "fedakd", 10, 0, {"setting": "ics", "form": "code", "shift": c},
                           features=features) for c in (2.0, 5.0, 10.0)]

@@ -14,8 +14,14 @@ from typing import Literal
 import numpy as np
 from pydantic import Field
 
-from bench.data.partition import (DirichletParams, Indices, SchemeParams, Split, _dirichlet_per_class,
-                                  register_partitioner)
+from bench.data.partition import (
+    DirichletParams,
+    Indices,
+    SchemeParams,
+    Split,
+    _dirichlet_per_class,
+    register_partitioner,
+)
 from bench.engine.rng import numpy_stream
 from bench.errors import BenchError
 

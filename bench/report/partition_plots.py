@@ -17,11 +17,11 @@ from typing import Literal
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
+import matplotlib.pyplot as plt
+import numpy as np
 
-from bench.data.partition import Partition  # noqa: E402
-from bench.fileio import atomic_write  # noqa: E402
+from bench.data.partition import Partition
+from bench.fileio import atomic_write
 
 
 def _title(partition: Partition, title: str | None) -> str:
