@@ -51,8 +51,8 @@ REMOTE_FILES: dict[str, tuple[RemoteFile, ...]] = {
     "cifar100": (RemoteFile(tvd.CIFAR100.filename, (tvd.CIFAR100.url,), tvd.CIFAR100.tgz_md5),),
     "svhn": tuple(RemoteFile(name, (url,), md5) for url, name, md5 in
                   (tvd.SVHN.split_list["train"], tvd.SVHN.split_list["test"])),
-    # CINIC-10 publishes no checksum on its landing page; this md5 is the one used by the
-    # Avalanche CINIC-10 loader for the datashare archive.
+    # CINIC-10's landing page publishes no checksum; this md5 is the one public torchvision-style
+    # CINIC-10 loaders pin for the datashare archive (not yet checked against a real download).
     "cinic10": (RemoteFile("CINIC-10.tar.gz",
                            ("https://datashare.ed.ac.uk/bitstream/handle/10283/3192/CINIC-10.tar.gz",),
                            "6ee4d0c996905fe93221de577967a372"),),
