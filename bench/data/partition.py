@@ -1,9 +1,13 @@
 """Partitions of a training set across clients, as reproducible, hashed artifacts.
 
-A partitioner is a pure function ``(labels, num_clients, rng, params) -> list of index arrays``
-registered under a scheme name with a pydantic model of its parameters; :func:`make_partition`
-adds each client's local test split and the statistics. The same ``(scheme, params, seed)``
-always yields the same arrays and so the same sha256.
+A partitioner is a pure function ``(labels, num_clients, rng, params, **inputs) -> list of index
+arrays`` registered under a scheme name with a pydantic model of its parameters. A scheme that
+needs more than the train labels names them in ``register_partitioner(..., needs=...)`` and gets
+them as keyword arguments (see :data:`INPUTS`: ``seed``, ``test_labels``, ``features``,
+``groups``, ``test_groups``). A scheme that builds its own per-client local test sets returns a
+:class:`Split` instead of a list. :func:`make_partition` adds each client's local test split
+(unless the scheme made one) and the statistics. The same ``(scheme, params, seed)`` always
+yields the same arrays and so the same sha256.
 """
 from __future__ import annotations
 
@@ -27,7 +31,20 @@ class SchemeParams(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-PartitionFn = Callable[[np.ndarray, int, np.random.Generator, Any], Indices]
+@dataclass(frozen=True)
+class Split:
+    """What a scheme returns when it also builds each client's local test set."""
+
+    train: Indices
+    local_test: Indices
+    local_test_source: Literal["train", "test"]  # the split the local test indices point into
+
+
+PartitionFn = Callable[..., "Indices | Split"]
+
+# Extra inputs a scheme may ask for: the run seed, the test-split labels, the train images
+# (uint8 N x C x H x W), and the per-sample group ids of the train and test splits (LEAF users).
+INPUTS = ("seed", "test_labels", "features", "groups", "test_groups")
 
 
 @dataclass(frozen=True)
@@ -36,29 +53,41 @@ class Partitioner:
     params: type[SchemeParams]
     split: PartitionFn
     description: str
+    needs: tuple[str, ...] = ()
 
 
 _PARTITIONERS: dict[str, Partitioner] = {}
 
 
-def register_partitioner(scheme: str, params: type[SchemeParams]) -> Callable[[PartitionFn], PartitionFn]:
+def register_partitioner(scheme: str, params: type[SchemeParams],
+                         needs: tuple[str, ...] = ()) -> Callable[[PartitionFn], PartitionFn]:
+    if unknown := set(needs) - set(INPUTS):
+        raise ValueError(f"partition scheme {scheme!r} needs unknown inputs {sorted(unknown)}")
+
     def decorate(fn: PartitionFn) -> PartitionFn:
         if scheme in _PARTITIONERS:
             raise ValueError(f"partition scheme {scheme!r} registered twice")
-        _PARTITIONERS[scheme] = Partitioner(scheme, params, fn, (fn.__doc__ or "").strip().splitlines()[0])
+        _PARTITIONERS[scheme] = Partitioner(scheme, params, fn, (fn.__doc__ or "").strip().splitlines()[0],
+                                            tuple(needs))
         return fn
 
     return decorate
 
 
 def get_partitioner(scheme: str) -> Partitioner:
+    _load_builtin()
     if scheme not in _PARTITIONERS:
         raise BenchError(f"unknown partition scheme {scheme!r}; available: {', '.join(sorted(_PARTITIONERS))}")
     return _PARTITIONERS[scheme]
 
 
 def partition_schemes() -> list[str]:
+    _load_builtin()
     return sorted(_PARTITIONERS)
+
+
+def _load_builtin() -> None:
+    from bench.data import paper_partitions  # noqa: F401
 
 
 # ----------------------------------------------------------------------------------------------
@@ -185,6 +214,7 @@ class Partition:
     local_test_source: Literal["train", "test"]
     train_counts: np.ndarray  # clients x classes
     local_test_counts: np.ndarray
+    dataset: dict[str, str] | None = None  # {"name", "sha256"} of the prepared dataset, when known
 
     @property
     def num_clients(self) -> int:
@@ -201,7 +231,7 @@ class Partition:
                 "num_classes": self.num_classes, "local_test_source": self.local_test_source,
                 "train_sizes": [len(a) for a in self.train], "local_test_sizes": [len(a) for a in self.local_test],
                 "train_counts": self.train_counts.tolist(), "local_test_counts": self.local_test_counts.tolist(),
-                "sha256": self.sha256}
+                "sha256": self.sha256, **({"dataset": self.dataset} if self.dataset else {})}
 
     def save(self, folder: str | Path) -> Path:
         folder = Path(folder)
@@ -222,7 +252,7 @@ def load_partition(folder: str | Path) -> Partition:
         local_test = np.split(flat_test, np.cumsum(meta["local_test_sizes"])[:-1])
         part = Partition(meta["scheme"], meta["params"], meta["seed"], meta["num_classes"], train, local_test,
                          meta["local_test_source"], np.asarray(meta["train_counts"]),
-                         np.asarray(meta["local_test_counts"]))
+                         np.asarray(meta["local_test_counts"]), meta.get("dataset"))
     except (OSError, ValueError, KeyError) as exc:
         raise BenchError(f"partition at {folder} is missing or unreadable ({exc}); create it with "
                          "`bench partition`") from None
@@ -255,14 +285,49 @@ def holdout_local_test(labels: np.ndarray, train: Indices, fraction: float,
 
 
 def make_partition(labels: np.ndarray, num_classes: int, scheme: str, num_clients: int, seed: int,
-                   params: dict[str, Any] | None = None, local_test_fraction: float = 0.0) -> Partition:
-    """Split ``labels`` for ``num_clients`` with ``scheme``; hold out ``local_test_fraction`` per client."""
+                   params: dict[str, Any] | None = None, local_test_fraction: float = 0.0,
+                   **inputs: Any) -> Partition:
+    """Split ``labels`` for ``num_clients`` with ``scheme``; hold out ``local_test_fraction`` per client
+    unless the scheme builds its own local test sets. ``inputs`` supplies what the scheme needs
+    (:data:`INPUTS`)."""
     partitioner = get_partitioner(scheme)
     checked = partitioner.params.model_validate(params or {})
     if num_clients > len(labels):
         raise BenchError(f"partition.num_clients={num_clients} exceeds the {len(labels)} training samples")
-    train = partitioner.split(np.asarray(labels), num_clients, numpy_stream(seed, "partition", scheme), checked)
-    train = [np.asarray(p, dtype=np.int64) for p in train]
-    kept, held = holdout_local_test(labels, train, local_test_fraction, numpy_stream(seed, "local-test"))
-    return Partition(scheme, checked.model_dump(mode="json"), seed, num_classes, kept, held, "train",
-                     class_counts(labels, kept, num_classes), class_counts(labels, held, num_classes))
+    inputs = {"seed": seed, **inputs}
+    if missing := [k for k in partitioner.needs if inputs.get(k) is None]:
+        raise BenchError(f"partition scheme {scheme!r} needs {', '.join(missing)}; use a dataset that provides "
+                         "them (build_partition passes everything a prepared dataset has)")
+    out = partitioner.split(np.asarray(labels), num_clients, numpy_stream(seed, "partition", scheme), checked,
+                            **{k: inputs[k] for k in partitioner.needs})
+    if isinstance(out, Split):
+        if local_test_fraction:
+            raise BenchError(f"partition scheme {scheme!r} builds its own local test sets; set "
+                             "local_test_fraction to 0")
+        kept = [np.asarray(p, dtype=np.int64) for p in out.train]
+        held = [np.asarray(p, dtype=np.int64) for p in out.local_test]
+        source = out.local_test_source
+    else:
+        train = [np.asarray(p, dtype=np.int64) for p in out]
+        kept, held = holdout_local_test(labels, train, local_test_fraction, numpy_stream(seed, "local-test"))
+        source = "train"
+    test_side = labels if source == "train" else inputs.get("test_labels")
+    if test_side is None:
+        raise BenchError(f"partition scheme {scheme!r} draws local tests from the test split; pass test_labels")
+    return Partition(scheme, checked.model_dump(mode="json"), seed, num_classes, kept, held, source,
+                     class_counts(labels, kept, num_classes), class_counts(np.asarray(test_side), held, num_classes))
+
+
+def build_partition(dataset_name: str, scheme: str, num_clients: int, seed: int,
+                    params: dict[str, Any] | None = None, local_test_fraction: float = 0.0,
+                    data_dir: str | Path | None = None) -> Partition:
+    """Partition the prepared dataset ``dataset_name`` (what ``bench partition`` calls): every input a
+    scheme may need (test labels, images, LEAF groups) comes from the prepared dataset."""
+    from bench.data import load_dataset
+
+    data = load_dataset(dataset_name, data_dir)
+    part = make_partition(data.train_y, data.num_classes, scheme, num_clients, seed, params, local_test_fraction,
+                          test_labels=data.test_y, features=data.train_x, groups=data.train_group,
+                          test_groups=data.test_group)
+    part.dataset = {"name": data.name, "sha256": data.sha256}
+    return part

@@ -77,6 +77,19 @@ class PreparedDataset:
         return folder
 
 
+def channel_stats(x: np.ndarray, chunk: int = 4096) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """Per-channel mean and std of uint8 N x C x H x W images scaled to [0, 1], rounded to 6 places
+    (accumulated in chunks, so large datasets need no float copy)."""
+    total = np.zeros(x.shape[1]); square = np.zeros(x.shape[1])
+    for start in range(0, len(x), chunk):
+        block = x[start:start + chunk].astype(np.float64) / 255.0
+        total += block.sum(axis=(0, 2, 3)); square += (block ** 2).sum(axis=(0, 2, 3))
+    count = max(1, len(x) * x.shape[2] * x.shape[3])
+    mean = total / count
+    std = np.sqrt(np.maximum(square / count - mean ** 2, 0.0))
+    return tuple(round(float(m), 6) for m in mean), tuple(round(float(s), 6) for s in std)
+
+
 def load_prepared(folder: str | Path, verify: bool = True) -> PreparedDataset:
     """Load a prepared dataset, checking every array against the manifest."""
     folder = Path(folder)

@@ -1,0 +1,1 @@
+"""Reports: tables and plots beside paper and pinned values."""
