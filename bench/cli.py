@@ -64,9 +64,9 @@ def _partition(args: argparse.Namespace) -> int:
     out = Path(args.out)
     partition.save(out)
     if args.plot:
-        from bench.report.partition_plots import plot_heatmap
+        from bench.report.partition_plots import plot_partition
 
-        plot_heatmap(partition, out / "heatmap.png", title=f"{config.dataset.name}: {partition.scheme}")
+        print(f"plot: {plot_partition(partition, out / 'partition.png')}")
     sizes = [len(a) for a in partition.train]
     print(f"{out}: {partition.num_clients} clients, sizes {min(sizes)}-{max(sizes)}, sha256 {partition.sha256[:16]}")
     return 0

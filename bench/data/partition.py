@@ -20,6 +20,7 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from bench.data.prepared import PreparedDataset
 from bench.engine.rng import numpy_stream
 from bench.errors import BenchError
 from bench.fileio import canonical_json, sha256_array, sha256_bytes, write_json, write_npy
@@ -318,16 +319,22 @@ def make_partition(labels: np.ndarray, num_classes: int, scheme: str, num_client
                      class_counts(labels, kept, num_classes), class_counts(np.asarray(test_side), held, num_classes))
 
 
-def build_partition(dataset_name: str, scheme: str, num_clients: int, seed: int,
-                    params: dict[str, Any] | None = None, local_test_fraction: float = 0.0,
-                    data_dir: str | Path | None = None) -> Partition:
-    """Partition the prepared dataset ``dataset_name`` (what ``bench partition`` calls): every input a
-    scheme may need (test labels, images, LEAF groups) comes from the prepared dataset."""
-    from bench.data import load_dataset
-
-    data = load_dataset(dataset_name, data_dir)
+def partition_dataset(data: PreparedDataset, scheme: str, num_clients: int, seed: int,
+                      params: dict[str, Any] | None = None, local_test_fraction: float = 0.0) -> Partition:
+    """Partition a loaded prepared dataset: every input a scheme may need (test labels, images, LEAF
+    groups) comes from the dataset itself."""
     part = make_partition(data.train_y, data.num_classes, scheme, num_clients, seed, params, local_test_fraction,
                           test_labels=data.test_y, features=data.train_x, groups=data.train_group,
                           test_groups=data.test_group)
     part.dataset = {"name": data.name, "sha256": data.sha256}
     return part
+
+
+def build_partition(dataset_name: str, scheme: str, num_clients: int, seed: int,
+                    params: dict[str, Any] | None = None, local_test_fraction: float = 0.0,
+                    data_dir: str | Path | None = None) -> Partition:
+    """Partition the prepared dataset ``dataset_name`` (loaded from ``data_dir``)."""
+    from bench.data import load_dataset
+
+    return partition_dataset(load_dataset(dataset_name, data_dir), scheme, num_clients, seed, params,
+                             local_test_fraction)

@@ -14,7 +14,7 @@ import torch
 from bench.algorithms import get_algorithm
 from bench.config import ExperimentConfig
 from bench.data import load_dataset
-from bench.data.partition import Partition, load_partition, make_partition
+from bench.data.partition import Partition, load_partition, partition_dataset
 from bench.data.prepared import PreparedDataset
 from bench.engine.context import Context
 from bench.engine.rng import numpy_stream
@@ -54,7 +54,6 @@ class RunResult:
 def partition_for(config: ExperimentConfig, data: PreparedDataset, partition_dir: str | Path | None) -> Partition:
     """The config's partition: loaded from ``partition_dir`` (and checked to match) or built."""
     p = config.partition
-    built = None
     if partition_dir is not None:
         built = load_partition(partition_dir)
         expected = (p.scheme, p.num_clients, p.seed, p.scheme_params)
@@ -63,8 +62,7 @@ def partition_for(config: ExperimentConfig, data: PreparedDataset, partition_dir
             raise BenchError(f"partition at {partition_dir} was made with {found}, but the config asks for "
                              f"{expected}; re-create it with `bench partition` or drop --partition")
         return built
-    return make_partition(data.train_y, data.num_classes, p.scheme, p.num_clients, p.seed, p.scheme_params,
-                          p.local_test_fraction)
+    return partition_dataset(data, p.scheme, p.num_clients, p.seed, p.scheme_params, p.local_test_fraction)
 
 
 def to_tensor(images: np.ndarray, data: PreparedDataset, device: torch.device) -> torch.Tensor:
