@@ -1,0 +1,193 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from bench.algorithms import register_algorithm
+from bench.algorithms.fedavg import FedAvg
+from bench.cli import main
+from bench.config import build_config
+from bench.data import load_dataset
+from bench.engine.context import Context
+from bench.engine.executor import RunRequest, run_experiment
+from bench.engine.federation import run_federation, sample_clients, to_tensor
+from bench.engine.state import Client
+from bench.errors import Diverged
+from bench.fileio import write_text
+from tests.conftest import small_config
+
+
+def _state_equal(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> bool:
+    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+@pytest.mark.parametrize("optimizer", [{"name": "sgd", "momentum": 0.9, "persistent": True},
+                                       {"name": "adam", "lr": 0.01, "persistent": True}])
+def test_fedavg_with_one_client_is_centralised_training(data_dir: Path, optimizer: dict) -> None:
+    """One client holding all the data: FedAvg's global model equals a plain training loop over the
+    same batches, bitwise, after every round (BatchNorm buffers included)."""
+    cfg = small_config(partition={"num_clients": 1, "local_test_fraction": 0.0},
+                       training={"rounds": 3, "local_epochs": 2, "optimizer": optimizer})
+    result = run_federation(cfg, data_dir)
+    server = result.extra["server"]
+
+    data = load_dataset("digits", data_dir)
+    x, y = to_tensor(data.train_x, data, torch.device("cpu")), torch.from_numpy(data.train_y)
+    ctx = Context(cfg, data.image_shape, data.num_classes, torch.device("cpu"))
+    model = ctx.build_model("server")
+    opt = ctx.make_optimizer(model.parameters())
+    model.train()
+    for t in range(1, cfg.training.rounds + 1):
+        for idx in ctx.batch_indices(len(y), 0, t):
+            loss = F.cross_entropy(model(x[idx])[1], y[idx])
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+    assert _state_equal(server.model.state_dict(), model.state_dict())
+
+
+def test_fedprox_with_mu_zero_is_fedavg(data_dir: Path) -> None:
+    common = {"partition": {"scheme": "dirichlet", "alpha": 0.5}, "training": {"rounds": 2}}
+    fedavg = run_federation(small_config(**common), data_dir)
+    fedprox = run_federation(small_config(algorithm={"name": "fedprox", "mu": 0.0}, **common), data_dir)
+    assert fedavg.curves == fedprox.curves
+    assert _state_equal(fedavg.extra["server"].model.state_dict(), fedprox.extra["server"].model.state_dict())
+    # and a positive mu changes the result
+    other = run_federation(small_config(algorithm={"name": "fedprox", "mu": 1.0}, **common), data_dir)
+    assert not _state_equal(fedavg.extra["server"].model.state_dict(), other.extra["server"].model.state_dict())
+
+
+def test_one_full_batch_round_is_one_large_batch_sgd_step(data_dir: Path) -> None:
+    """Σ_k (n_k/n) (w - lr g_k) = w - lr Σ_k (n_k/n) g_k = one SGD step on the union (BN-free model)."""
+    cfg = small_config(partition={"scheme": "iid", "num_clients": 5, "local_test_fraction": 0.0},
+                       model={"name": "mlp"},
+                       training={"rounds": 1, "local_epochs": None, "local_steps": 1, "batch_size": 10_000,
+                                 "optimizer": {"name": "sgd", "lr": 0.5}})
+    result = run_federation(cfg, data_dir)
+    data = load_dataset("digits", data_dir)
+    ctx = Context(cfg, data.image_shape, data.num_classes, torch.device("cpu"))
+    model = ctx.build_model("server")
+    x, y = to_tensor(data.train_x, data, torch.device("cpu")), torch.from_numpy(data.train_y)
+    loss = F.cross_entropy(model(x)[1], y)
+    loss.backward()
+    with torch.no_grad():
+        for p in model.parameters():
+            p -= 0.5 * p.grad
+    fed = result.extra["server"].model.state_dict()
+    for key, value in model.state_dict().items():
+        torch.testing.assert_close(fed[key], value, rtol=0, atol=2e-6)
+    assert not torch.equal(fed["classifier.weight"], ctx.build_model("server").state_dict()["classifier.weight"])
+
+
+def test_same_run_twice_is_bitwise_identical(data_dir: Path, tmp_path: Path) -> None:
+    cfg = small_config(partition={"scheme": "dirichlet", "alpha": 0.3}, participation={"fraction": 0.5},
+                       training={"optimizer": {"momentum": 0.9, "persistent": True}})
+    first = run_experiment(RunRequest(cfg, tmp_path / "a", data_dir))
+    second = run_experiment(RunRequest(cfg, tmp_path / "b", data_dir))
+    assert first == second
+    for name in ("metrics.json", "curves.csv", "config.yaml"):
+        assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
+    other_seed = run_experiment(RunRequest(small_config(**{**cfg.to_dict(), "seed": 1}), tmp_path / "c", data_dir))
+    assert other_seed["final"] != first["final"]
+
+
+def test_partial_participation_is_seeded_and_sized() -> None:
+    cfg = small_config(participation={"fraction": 0.3})
+    rounds = [sample_clients(cfg, t) for t in range(1, 6)]
+    assert all(len(r) == 3 and r == sorted(set(r)) for r in rounds)
+    assert rounds == [sample_clients(cfg, t) for t in range(1, 6)]
+    assert len({tuple(r) for r in rounds}) > 1
+
+
+def test_local_steps_and_epochs_count_optimizer_steps(data_dir: Path) -> None:
+    cfg = small_config(training={"local_epochs": None, "local_steps": 7, "batch_size": 16})
+    ctx = Context(cfg, (1, 8, 8), 10, torch.device("cpu"))
+    assert len(list(ctx.batch_indices(40, 0, 1))) == 7
+    cfg = small_config(training={"local_epochs": 2, "batch_size": 16, "drop_last": True})
+    ctx = Context(cfg, (1, 8, 8), 10, torch.device("cpu"))
+    batches = list(ctx.batch_indices(40, 0, 1))
+    assert [len(b) for b in batches] == [16, 16, 16, 16]
+    assert len(set(torch.cat(batches[:2]).tolist())) == 32  # one permutation per epoch
+
+
+@register_algorithm("test-nan")
+class _NaNAtRoundTwo(FedAvg):
+    """FedAvg whose client 3 produces a NaN loss in round 2 (for the divergence test)."""
+
+    def local_loss(self, client: Client, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        loss = super().local_loss(client, x, y)
+        return loss * float("nan") if (self.round_now, client.cid) == (2, 3) else loss
+
+    def run_round(self, round_index: int, server, clients):  # type: ignore[no-untyped-def]
+        self.round_now = round_index
+        return super().run_round(round_index, server, clients)
+
+
+def test_divergence_stops_with_round_and_client_and_no_metrics(data_dir: Path, tmp_path: Path) -> None:
+    import mlflow
+
+    cfg = small_config(algorithm={"name": "test-nan"}, tracking={"mlflow": True, "experiment": "diverge"})
+    out = tmp_path / "run"
+    write_text(out / "metrics.json", "{}")  # a stale file from an earlier run must not survive
+    with pytest.raises(Diverged, match=r"diverged at round 2 \(client 3\)"):
+        run_experiment(RunRequest(cfg, out, data_dir))
+    assert not (out / "metrics.json").exists()
+    assert json.loads((out / "failure.json").read_text())["status"] == "failed"
+    runs = mlflow.search_runs(experiment_names=["diverge"], output_format="list")
+    assert [r.info.status for r in runs] == ["FAILED"]
+
+
+def test_cli_diverging_run_exits_1(data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text("training: {rounds: 3, optimizer: {lr: 1.0e+30}}\ntracking: {mlflow: false}\n")
+    code = main(["run", str(path), "--out", str(tmp_path / "o"), "--data-dir", str(data_dir), "--no-progress"])
+    assert code == 1
+    assert "diverged at round 1 (client 0)" in capsys.readouterr().err
+    assert not (tmp_path / "o" / "metrics.json").exists()
+
+
+def test_run_records_provenance_and_mlflow(data_dir: Path, tmp_path: Path) -> None:
+    import mlflow
+
+    cfg = small_config(tracking={"mlflow": True, "experiment": "records"})
+    metrics = run_experiment(RunRequest(cfg, tmp_path / "run", data_dir))
+    prov = json.loads((tmp_path / "run" / "provenance.json").read_text())
+    assert prov["config_sha256"] == cfg.sha256 == metrics["config_sha256"]
+    for key in ("dataset_sha256", "partition_sha256", "git_commit", "uv_lock_sha256", "torch", "device", "seed"):
+        assert prov[key] not in ("", None)
+    (run,) = mlflow.search_runs(experiment_names=["records"], output_format="list")
+    assert run.info.status == "FINISHED"
+    assert run.data.tags["partition_sha256"] == prov["partition_sha256"]
+    history = mlflow.MlflowClient().get_metric_history(run.info.run_id, "global_acc")
+    assert [m.step for m in history] == [1, 2, 3]
+    assert history[-1].value == metrics["final"]["global_acc"]
+
+
+def test_interrupted_write_leaves_no_truncated_file(tmp_path: Path) -> None:
+    from bench.fileio import atomic_write
+
+    target = tmp_path / "metrics.json"
+    target.write_text('{"old": true}')
+
+    def half_then_crash(handle):  # type: ignore[no-untyped-def]
+        handle.write(b'{"new": ')
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        atomic_write(target, half_then_crash)
+    assert target.read_text() == '{"old": true}'
+    assert list(tmp_path.iterdir()) == [target]
+
+
+def test_saved_partition_must_match_the_config(data_dir: Path, tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    assert main(["partition", "-S", "partition.scheme=iid", "--out", str(tmp_path / "p"),
+                 "--data-dir", str(data_dir)]) == 0
+    cfg_path = tmp_path / "c.yaml"
+    cfg_path.write_text("training: {rounds: 1}\ntracking: {mlflow: false}\npartition: {scheme: shards}\n")
+    assert main(["run", str(cfg_path), "--partition", str(tmp_path / "p"), "--data-dir", str(data_dir),
+                 "--no-progress", "--out", str(tmp_path / "o")]) == 2
+    assert "re-create it with `bench partition`" in capsys.readouterr().err
