@@ -67,6 +67,29 @@ def test_every_model_has_an_example_input() -> None:
     assert all(get_model_entry(n).example_input is not None for n in model_names())
 
 
+# Layers without a deterministic CUDA backward (they raise under torch.use_deterministic_algorithms).
+NONDETERMINISTIC_ON_CUDA = (torch.nn.AdaptiveAvgPool2d, torch.nn.AdaptiveMaxPool2d, torch.nn.FractionalMaxPool2d,
+                            torch.nn.AvgPool3d, torch.nn.MaxUnpool2d)
+
+
+@pytest.mark.parametrize("name", model_names())
+def test_no_layer_without_deterministic_cuda_backward(name: str) -> None:
+    """Global average pooling is a spatial mean (torchvision's avgpool replaced) and upsampling is nearest."""
+    model = _meta(name, *get_model_entry(name).example_input)
+    assert not [m for m in model.modules() if isinstance(m, NONDETERMINISTIC_ON_CUDA)]
+    assert all(m.mode == "nearest" for m in model.modules() if isinstance(m, torch.nn.Upsample))
+
+
+def test_dafkd_fedgen_generator() -> None:
+    """specs/dafkd.md §2.4: concat(eps in R^32, onehot(y)) -> Linear(32 + C, 256) -> BN1d -> ReLU ->
+    Linear(256, F = 256), F being ResNet11's feature size."""
+    c = 10
+    model = _build("fedgen_generator", (256,), c, noise_dim=32, hidden=256).eval()
+    with torch.no_grad():
+        assert _generate(model, 2, c).shape == (2, 256)
+    assert count_parameters(model) == (32 + c) * 256 + 256 + 2 * 256 + 256 * 256 + 256
+
+
 # --------------------------------------------------------------------------- seeding
 
 
