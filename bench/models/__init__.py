@@ -1,7 +1,10 @@
-"""Model registry. Every model's ``forward`` returns ``(features, logits)``.
+"""Model registry. Every classifier's ``forward`` returns ``(features, logits)`` and has a
+``feature_dim`` attribute; generators (kind :data:`GENERATOR`) map noise and labels to samples.
 
 Register an architecture with :func:`register_model`; build it with :func:`build_model`, which
 initialises its weights from a named RNG stream so two builds with the same seed are identical.
+:func:`assign_architectures` draws heterogeneous clients' architectures; :mod:`bench.models.inventory`
+describes every model (parameters, FLOPs) for ``bench models``.
 """
 from __future__ import annotations
 
@@ -15,7 +18,6 @@ from bench.engine.rng import numpy_stream, seeded_torch
 from bench.errors import BenchError
 
 ModelFactory = Callable[..., nn.Module]
-
 
 ExampleInput = tuple[tuple[int, ...], int]
 """``(in_shape, num_classes)`` with which a model is described by :mod:`bench.models.inventory`."""
