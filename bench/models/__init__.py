@@ -1,7 +1,10 @@
-"""Model registry. Every model's ``forward`` returns ``(features, logits)``.
+"""Model registry. Every classifier's ``forward`` returns ``(features, logits)`` and has a
+``feature_dim`` attribute; generators (kind :data:`GENERATOR`) map noise and labels to samples.
 
 Register an architecture with :func:`register_model`; build it with :func:`build_model`, which
 initialises its weights from a named RNG stream so two builds with the same seed are identical.
+:func:`assign_architectures` draws heterogeneous clients' architectures; :mod:`bench.models.inventory`
+describes every model (parameters, FLOPs) for ``bench models``.
 """
 from __future__ import annotations
 
@@ -11,10 +14,19 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from bench.engine.rng import seeded_torch
+from bench.engine.rng import numpy_stream, seeded_torch
 from bench.errors import BenchError
 
 ModelFactory = Callable[..., nn.Module]
+
+ExampleInput = tuple[tuple[int, ...], int]
+"""``(in_shape, num_classes)`` with which a model is described by :mod:`bench.models.inventory`."""
+
+CLASSIFIER = "classifier"
+"""Kind of model whose ``forward(x)`` returns ``(features, logits)``."""
+GENERATOR = "generator"
+"""Kind of model whose ``forward(z, y=None)`` maps noise (and labels) to a sample of shape ``in_shape``;
+it has a ``noise_dim`` attribute. For generators ``in_shape`` is the shape of one generated sample."""
 
 
 @dataclass(frozen=True)
@@ -22,27 +34,38 @@ class ModelEntry:
     name: str
     factory: ModelFactory
     description: str
+    example_input: ExampleInput | None = None
+    kind: str = CLASSIFIER
 
 
 _MODELS: dict[str, ModelEntry] = {}
 
 
-def register_model(name: str, description: str = "") -> Callable[[ModelFactory], ModelFactory]:
-    """Decorator: ``factory(in_shape: tuple[int, ...], num_classes: int, **kwargs) -> nn.Module``."""
+def register_model(name: str, description: str = "", example_input: ExampleInput | None = None,
+                   kind: str = CLASSIFIER) -> Callable[[ModelFactory], ModelFactory]:
+    """Decorator: ``factory(in_shape: tuple[int, ...], num_classes: int, **kwargs) -> nn.Module``.
+
+    ``example_input`` is the ``(in_shape, num_classes)`` the model is described with (parameters,
+    FLOPs) by ``bench models``; ``kind`` is :data:`CLASSIFIER` or :data:`GENERATOR`.
+    """
+    if kind not in (CLASSIFIER, GENERATOR):
+        raise ValueError(f"unknown model kind {kind!r}")
 
     def decorate(factory: ModelFactory) -> ModelFactory:
         if name in _MODELS:
             raise ValueError(f"model {name!r} registered twice")
         doc = description or (factory.__doc__ or "").strip().splitlines()[0]
-        _MODELS[name] = ModelEntry(name, factory, doc)
+        example = None if example_input is None else (tuple(example_input[0]), int(example_input[1]))
+        _MODELS[name] = ModelEntry(name, factory, doc, example, kind)
         return factory
 
     return decorate
 
 
-def model_names() -> list[str]:
+def model_names(kind: str | None = None) -> list[str]:
+    """Registered names, sorted; only those of ``kind`` when given."""
     _load_builtin()
-    return sorted(_MODELS)
+    return sorted(name for name, entry in _MODELS.items() if kind is None or entry.kind == kind)
 
 
 def get_model_entry(name: str) -> ModelEntry:
@@ -67,9 +90,21 @@ def count_parameters(model: nn.Module, trainable_only: bool = False) -> int:
     return sum(p.numel() for p in model.parameters() if p.requires_grad or not trainable_only)
 
 
+def assign_architectures(candidates: list[str], num_clients: int, seed: int) -> list[str]:
+    """Each client's architecture, drawn uniformly and independently from ``candidates`` with the
+    run's ``"architectures"`` stream (specs/fedal.md §4.1 "Architecture assignment")."""
+    if not candidates:
+        raise BenchError("assign_architectures needs at least one candidate architecture")
+    for name in candidates:
+        get_model_entry(name)
+    picks = numpy_stream(seed, "architectures").integers(0, len(candidates), size=num_clients)
+    return [candidates[int(i)] for i in picks]
+
+
 def _load_builtin() -> None:
     # Importing the modules runs their @register_model decorators.
-    from bench.models import small  # noqa: F401
+    from bench.models import dafkd, fedakd, fedal, fedhkd, generators, resnet_cifar, small  # noqa: F401
 
 
-__all__ = ["register_model", "build_model", "model_names", "get_model_entry", "count_parameters", "torch"]
+__all__ = ["register_model", "build_model", "model_names", "get_model_entry", "count_parameters",
+           "assign_architectures", "ModelEntry", "ExampleInput", "CLASSIFIER", "GENERATOR", "torch"]

@@ -55,13 +55,13 @@ class SmallCNN(nn.Module):
         return features, self.classifier(features)
 
 
-@register_model("mlp")
+@register_model("mlp", example_input=((1, 8, 8), 10))
 def mlp(in_shape: tuple[int, ...], num_classes: int, hidden: tuple[int, ...] | list[int] = (128, 64)) -> nn.Module:
     """Multi-layer perceptron on flattened pixels."""
     return MLP(in_shape, num_classes, tuple(hidden))
 
 
-@register_model("cnn")
+@register_model("cnn", example_input=((1, 8, 8), 10))
 def cnn(in_shape: tuple[int, ...], num_classes: int, channels: tuple[int, int] | list[int] = (16, 32),
         feature_dim: int = 64, batch_norm: bool = True) -> nn.Module:
     """Small two-block CNN with BatchNorm, for 8x8 digits."""

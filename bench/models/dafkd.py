@@ -1,0 +1,120 @@
+"""DaFKD's networks (specs/dafkd.md §3.3, §1.5).
+
+* ``dafkd_resnet11``: the "ResNet11" backbone, the official code's ``MTLResNet(Bottleneck, [2, 2, 2])``,
+  whose shared extractor phi feeds a classifier head h_c and the client's domain-discriminator head h_d.
+* ``dafkd_discriminator``: the separate discriminators of the DaFKD^{no-sharing} ablation
+  (the official ``model/gan.py``).
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from bench.models import register_model
+from bench.models.layers import GlobalAvgPool
+
+
+class TripleConvBlock(nn.Module):
+    """The code's "Bottleneck" (all three convs are 3x3; expansion 4):
+    ReLU(BN(conv(in->p))) -> ReLU(BN(conv(p->p, stride))) -> BN(conv(p->4p)), plus the shortcut, then ReLU.
+    The shortcut is 1x1 conv(stride) + BN when the stride or the channel count changes."""
+
+    expansion = 4
+
+    def __init__(self, c_in: int, planes: int, stride: int) -> None:
+        super().__init__()
+        c_out = planes * self.expansion
+        self.residual = nn.Sequential(
+            nn.Conv2d(c_in, planes, 3, 1, 1, bias=False), nn.BatchNorm2d(planes), nn.ReLU(),
+            nn.Conv2d(planes, planes, 3, stride, 1, bias=False), nn.BatchNorm2d(planes), nn.ReLU(),
+            nn.Conv2d(planes, c_out, 3, 1, 1, bias=False), nn.BatchNorm2d(c_out))
+        self.shortcut: nn.Module = nn.Identity()
+        if stride != 1 or c_in != c_out:
+            self.shortcut = nn.Sequential(nn.Conv2d(c_in, c_out, 1, stride, bias=False), nn.BatchNorm2d(c_out))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(self.residual(x) + self.shortcut(x))
+
+
+class MTLResNet(nn.Module):
+    """Shared extractor phi: conv3x3(C_in -> 16) -> BN -> ReLU, three stages of two blocks with planes
+    16, 32, 64 (strides 1, 2, 2) -> global mean pool (256-d features). Heads: ``classifier`` h_c =
+    Linear(256, C) and ``discriminator`` h_d = Linear(256, 1), whose sigmoid is the probability that x
+    comes from this client's domain. Conv weights kaiming_normal(fan_out, relu), BN (1, 0), Linear
+    PyTorch default (specs/dafkd.md §1.6)."""
+
+    def __init__(self, in_shape: tuple[int, ...], num_classes: int, blocks: tuple[int, ...] = (2, 2, 2)) -> None:
+        super().__init__()
+        layers: list[nn.Module] = [nn.Conv2d(in_shape[0], 16, 3, 1, 1, bias=False), nn.BatchNorm2d(16), nn.ReLU()]
+        c_in = 16
+        for stage, n in enumerate(blocks):
+            planes = 16 * 2 ** stage
+            for i in range(n):
+                layers.append(TripleConvBlock(c_in, planes, 2 if stage > 0 and i == 0 else 1))
+                c_in = planes * TripleConvBlock.expansion
+        self.body = nn.Sequential(*layers, GlobalAvgPool())
+        self.feature_dim = c_in
+        self.classifier = nn.Linear(c_in, num_classes)
+        self.discriminator = nn.Linear(c_in, 1)
+        for m in self.body.modules():
+            if isinstance(m, nn.Conv2d):
+                nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        features = self.body(x)
+        return features, self.classifier(features)
+
+    def domain_logit(self, features: torch.Tensor) -> torch.Tensor:
+        """h_d(phi(x)) before the sigmoid, shape (B,); pair it with a with-logits BCE for stability."""
+        return self.discriminator(features).squeeze(1)
+
+
+class ConvDiscriminator(nn.Module):
+    """DaFKD^{no-sharing} discriminator (specs/dafkd.md §1.5). ``forward`` returns (features, logit of
+    "real", shape (B, 1)); the official sigmoid is left to a with-logits loss. Default PyTorch init.
+
+    * 3x32x32 (``DiscriminatorCifar``, DCGAN D): conv4x4 s2 (64) -> LReLU -> conv4x4 s2 (128, no bias)
+      -> BN -> LReLU -> conv4x4 s2 (256, no bias) -> BN -> LReLU; features = the 256x4x4 map flattened;
+      the final conv4x4 (256 -> 1) on a 4x4 map is written as the equivalent Linear(4096, 1). 663,361 parameters.
+    * 1x28x28 (``Discriminator``): conv5x5 p2 (32) -> LReLU -> avgpool 2 -> conv5x5 p2 (64) -> LReLU ->
+      avgpool 2 -> FC 3136 -> 1024 -> LReLU (features) -> FC 1024 -> 1. About 3.27M parameters.
+    """
+
+    def __init__(self, in_shape: tuple[int, ...], num_classes: int = 1) -> None:
+        super().__init__()
+        c, h, w = in_shape
+        if (h, w) == (32, 32):
+            self.body = nn.Sequential(
+                nn.Conv2d(c, 64, 4, 2, 1), _lrelu(),
+                nn.Conv2d(64, 128, 4, 2, 1, bias=False), nn.BatchNorm2d(128), _lrelu(),
+                nn.Conv2d(128, 256, 4, 2, 1, bias=False), nn.BatchNorm2d(256), _lrelu(), nn.Flatten())
+            self.feature_dim = 256 * 4 * 4
+        elif (h, w) == (28, 28):
+            self.body = nn.Sequential(
+                nn.Conv2d(c, 32, 5, padding=2), _lrelu(), nn.AvgPool2d(2),
+                nn.Conv2d(32, 64, 5, padding=2), _lrelu(), nn.AvgPool2d(2), nn.Flatten(),
+                nn.Linear(64 * 7 * 7, 1024), _lrelu())
+            self.feature_dim = 1024
+        else:
+            raise ValueError(f"DaFKD discriminators exist for 32x32 and 28x28 images, got in_shape={in_shape}")
+        self.classifier = nn.Linear(self.feature_dim, num_classes)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        features = self.body(x)
+        return features, self.classifier(features)
+
+
+def _lrelu() -> nn.Module:
+    return nn.LeakyReLU(0.2)
+
+
+@register_model("dafkd_resnet11", example_input=((3, 32, 32), 10))
+def dafkd_resnet11(in_shape: tuple[int, ...], num_classes: int) -> nn.Module:
+    """DaFKD "ResNet11" (MTLResNet) with classifier and shared-trunk domain-discriminator heads."""
+    return MTLResNet(in_shape, num_classes)
+
+
+@register_model("dafkd_discriminator", example_input=((3, 32, 32), 1))
+def dafkd_discriminator(in_shape: tuple[int, ...], num_classes: int = 1) -> nn.Module:
+    """DaFKD^{no-sharing} separate domain discriminator (DCGAN D for 32x32, CNN for 28x28)."""
+    return ConvDiscriminator(in_shape, num_classes)
