@@ -51,6 +51,9 @@ class PartitionConfig(BaseModel):
 class ModelConfig(Strict):
     name: str = "cnn"
     kwargs: dict[str, Any] = Field(default_factory=dict)
+    candidates: list[str] = Field(default_factory=list, description=(
+        "heterogeneous clients: each client's architecture is a seeded draw from these (specs/fedal.md "
+        "§4.1); the server model, if any, is `name`"))
 
 
 class OptimizerConfig(Strict):
@@ -132,7 +135,10 @@ class ExperimentConfig(Strict):
         from bench.models import get_model_entry
 
         spec = get_dataset_spec(self.dataset.name)
-        get_model_entry(self.model.name)
+        for name in (self.model.name, *self.model.candidates):
+            if get_model_entry(name).kind != "classifier":
+                raise ValueError(f"model {name!r} is a {get_model_entry(name).kind}, not a classifier; "
+                                 "`bench models` lists the classifiers")
         if self.partition.num_clients > spec.num_train:
             raise ValueError(f"partition.num_clients={self.partition.num_clients} exceeds the {spec.num_train} "
                              f"training samples of {spec.name}")

@@ -16,7 +16,7 @@ from bench.engine.context import Context
 from bench.engine.executor import RunRequest, run_experiment
 from bench.engine.federation import run_federation, sample_clients, to_tensor
 from bench.engine.state import Client
-from bench.errors import Diverged
+from bench.errors import BenchError, Diverged
 from bench.fileio import write_text
 from tests.conftest import small_config
 
@@ -191,3 +191,19 @@ def test_saved_partition_must_match_the_config(data_dir: Path, tmp_path: Path, c
     assert main(["run", str(cfg_path), "--partition", str(tmp_path / "p"), "--data-dir", str(data_dir),
                  "--no-progress", "--out", str(tmp_path / "o")]) == 2
     assert "re-create it with `bench partition`" in capsys.readouterr().err
+
+
+def test_heterogeneous_architectures_are_seeded_and_recorded(data_dir: Path, tmp_path: Path) -> None:
+    cfg = small_config(model={"name": "cnn", "candidates": ["cnn", "mlp"]}, algorithm={"name": "standalone"},
+                       training={"rounds": 1})
+    result = run_federation(cfg, data_dir)
+    assert set(result.architectures) == {"cnn", "mlp"} and len(result.architectures) == 10
+    assert [type(c.model).__name__ for c in result.extra["clients"]] == \
+        [{"cnn": "SmallCNN", "mlp": "MLP"}[a] for a in result.architectures]
+    assert run_federation(cfg, data_dir).architectures == result.architectures
+    run_experiment(RunRequest(cfg, tmp_path / "run", data_dir))
+    assert json.loads((tmp_path / "run" / "provenance.json").read_text())["architectures"] == result.architectures
+    with pytest.raises(BenchError, match="fedavg averages parameters"):
+        run_federation(small_config(model={"name": "cnn", "candidates": ["cnn", "mlp"]}), data_dir)
+    with pytest.raises(BenchError, match="is a generator, not a classifier"):
+        small_config(model={"name": "fedgen_generator"})

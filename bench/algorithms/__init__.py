@@ -11,7 +11,7 @@ from importlib import import_module
 from importlib.metadata import entry_points
 from typing import TypeVar
 
-from bench.algorithms.base import Algorithm, AlgorithmParams
+from bench.algorithms.base import Algorithm, AlgorithmParams, AveragingParams, ParameterAveraging
 from bench.errors import BenchError
 
 A = TypeVar("A", bound=type[Algorithm])
@@ -49,4 +49,4 @@ def get_algorithm(name: str) -> type[Algorithm]:
     return _ALGORITHMS[name]
 
 
-__all__ = ["Algorithm", "AlgorithmParams", "register_algorithm", "algorithm_names", "get_algorithm"]
+__all__ = ["Algorithm", "AlgorithmParams", "AveragingParams", "ParameterAveraging", "register_algorithm", "algorithm_names", "get_algorithm"]

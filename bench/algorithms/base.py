@@ -7,14 +7,16 @@ override :meth:`Algorithm.run_round` and use the same :class:`~bench.engine.cont
 """
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 import torch
 import torch.nn.functional as F
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
+from bench.engine.aggregate import weighted_average
 from bench.engine.context import Context
 from bench.engine.state import Client, Server, Update
+from bench.errors import BenchError
 
 
 class AlgorithmParams(BaseModel):
@@ -38,9 +40,11 @@ class Algorithm:
         return Server(model=self.ctx.build_model("server") if self.has_global_model else None)
 
     def init_client_model(self, cid: int, server: Server) -> torch.nn.Module:
-        """A client's model: a copy of the global model when there is one, else its own init."""
-        model = self.ctx.build_model("client", cid)
-        if server.model is not None:
+        """A client's model (its assigned architecture): a copy of the global model when there is one
+        of the same architecture, else its own initialisation."""
+        name = self.ctx.architectures[cid]
+        model = self.ctx.build_model("client", cid, name=name)
+        if server.model is not None and name == self.ctx.config.model.name:
             model.load_state_dict(server.model.state_dict())
         return model
 
@@ -82,3 +86,29 @@ class Algorithm:
 
     def extra_metrics(self, server: Server, clients: list[Client]) -> dict[str, Any]:
         return {}
+
+
+class AveragingParams(AlgorithmParams):
+    weighting: Literal["samples", "uniform"] = Field("samples", description="aggregation weights n_k or 1")
+
+
+class ParameterAveraging(Algorithm):
+    """The FedAvg server step shared by the FedAvg family:
+    θ^{t+1} = Σ_{k∈S_t} (n_k / Σ_{j∈S_t} n_j) θ_k^t over the full state dict, BatchNorm running
+    statistics included, ``num_batches_tracked`` copied (specs/fedhkd.md §4 and §11.3,
+    specs/dafkd.md §2.1). ``weighting: uniform`` is the unweighted mean some official code uses
+    (anchors.md §2.2)."""
+
+    Params = AveragingParams
+    params: AveragingParams
+
+    def init_server(self) -> Server:
+        if set(self.ctx.architectures) != {self.ctx.config.model.name}:
+            raise BenchError(f"{self.name} averages parameters, so every client needs the architecture "
+                             f"{self.ctx.config.model.name!r}; drop model.candidates")
+        return super().init_server()
+
+    def aggregate(self, round_index: int, server: Server, updates: list[Update]) -> None:
+        assert server.model is not None
+        weights = [u.num_samples if self.params.weighting == "samples" else 1.0 for u in updates]
+        server.model.load_state_dict(weighted_average([u.state for u in updates], weights))

@@ -10,16 +10,16 @@ import torch
 from pydantic import Field
 
 from bench.algorithms import register_algorithm
-from bench.algorithms.fedavg import FedAvg, FedAvgParams
+from bench.algorithms.base import AveragingParams, ParameterAveraging
 from bench.engine.state import Client, Server
 
 
-class FedProxParams(FedAvgParams):
+class FedProxParams(AveragingParams):
     mu: float = Field(0.01, ge=0, description="proximal coefficient μ")
 
 
 @register_algorithm("fedprox")
-class FedProx(FedAvg):
+class FedProx(ParameterAveraging):
     Params = FedProxParams
     params: FedProxParams
 

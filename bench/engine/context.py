@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from functools import cached_property
 
 import torch
 from torch import nn
@@ -15,7 +16,7 @@ from bench.config import ExperimentConfig
 from bench.engine.rng import torch_stream
 from bench.engine.state import Client
 from bench.errors import Diverged
-from bench.models import build_model
+from bench.models import assign_architectures, build_model
 
 LossFn = Callable[[Client, torch.Tensor, torch.Tensor], torch.Tensor]
 
@@ -30,6 +31,12 @@ class Context:
     @property
     def seed(self) -> int:
         return self.config.seed
+
+    @cached_property
+    def architectures(self) -> list[str]:
+        """Each client's architecture: ``model.name`` for all, or a seeded draw from ``model.candidates``."""
+        model, n = self.config.model, self.config.partition.num_clients
+        return assign_architectures(model.candidates, n, self.seed) if model.candidates else [model.name] * n
 
     def build_model(self, *key: int | str, name: str | None = None) -> nn.Module:
         """The configured model (or ``name``), initialised from the stream ``("init", *key)``."""

@@ -34,6 +34,7 @@ class RunResult:
     curves: list[dict[str, float]]  # one row per round; NaN where not evaluated
     timing: dict[str, float]
     device: str
+    architectures: list[str]
     extra: dict[str, Any] = field(default_factory=dict)
 
     def summary(self) -> dict[str, Any]:
@@ -130,7 +131,7 @@ def run_federation(config: ExperimentConfig, data_dir: str | Path | None = None,
             progress(t, row)
     timing = {"wall_time_s": time.perf_counter() - started, "setup_time_s": setup_time,
               "train_time_s": train_time, "eval_time_s": eval_time}
-    return RunResult(config, data.sha256, partition.sha256, curves, timing, str(device),
+    return RunResult(config, data.sha256, partition.sha256, curves, timing, str(device), ctx.architectures,
                      {"partition": partition, "algorithm": algorithm, "server": server, "clients": clients})
 
 

@@ -44,7 +44,8 @@ def provenance(result: Any) -> dict[str, Any]:
     cfg = result.config
     return {"config_sha256": cfg.sha256, "dataset_sha256": result.dataset_sha256,
             "partition_sha256": result.partition_sha256, "seed": cfg.seed, "device": result.device,
-            "deterministic": cfg.deterministic, "threads": cfg.threads, **code_version(), **environment()}
+            "deterministic": cfg.deterministic, "threads": cfg.threads, "architectures": result.architectures,
+            **code_version(), **environment()}
 
 
 def curves_csv(curves: list[dict[str, float]]) -> str:
