@@ -188,7 +188,8 @@ def build_parser() -> argparse.ArgumentParser:
     suite = sub.add_parser("suite", help="run a suite's stages (what dvc.yaml calls)").add_subparsers(
         dest="suite_command", required=True)
 
-    def suite_command(name: str, help_text: str, func: object, parent: object = suite) -> argparse.ArgumentParser:
+    def suite_command(name: str, help_text: str, func: object,
+                      parent: argparse._SubParsersAction = suite) -> argparse.ArgumentParser:
         cmd = parent.add_parser(name, help=help_text)
         cmd.add_argument("--params", type=Path, default=Path("params.yaml"), help="suite params file")
         cmd.add_argument("--root", type=Path, default=None,
@@ -206,7 +207,7 @@ def build_parser() -> argparse.ArgumentParser:
     suite_command("report", "write summary tables (Markdown, CSV, metrics.json), learning curves (CSV, PNG)",
                   _suite_report).add_argument("--out", type=Path, help="folder (default: <root>/reports/<suite>)")
     pin = suite_command("pin", "rewrite the suite's pinned values from its runs (deliberately)", _pin, sub)
-    pin.add_argument("--out", type=Path, help="pinned file (default: reports/pinned/<suite>.json by the params)")
+    pin.add_argument("--out", type=Path, help="pinned file (default: reports/pinned/<suite>.json beside --params)")
     pin.add_argument("--per-seed-tol", type=float, help="absolute tolerance per seed in another environment "
                      "(default: the policy in bench/report/pinned.py)")
     pin.add_argument("--mean-tol", type=float, help="absolute tolerance of the mean over seeds in another "

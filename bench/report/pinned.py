@@ -148,7 +148,7 @@ def load_pinned(path: Path, suite: Suite) -> PinnedFile:
                          f"({describe_validation(exc)}); {fix}") from None
     if pinned.suite != suite.name:
         raise BenchError(f"pinned file {path} is for suite {pinned.suite!r}, not {suite.name!r}; pass --pinned "
-                         f"with this suite's file, or create it with `bench pin`")
+                         "with this suite's file, or create it with `bench pin`")
     return pinned
 
 
@@ -161,7 +161,7 @@ class Row:
     key: str
     pinned: float | None
     now: float | None
-    tolerance: float | None  # 0.0: exact (same environment)
+    tolerance: float  # 0.0: exact (same environment)
     note: str = ""
 
     @property

@@ -89,12 +89,12 @@ def summary_markdown(suite: Suite, table: dict, runs: dict[tuple[str, str, int],
     prov = {k: sorted({str(r.provenance.get(k, "unknown")) for r in records})
             for k in ("git_commit", "torch", "machine", "python")}
     parts = [f"# Suite `{suite.name}`",
-             f"{len(p.methods)} methods x {len(p.settings)} settings x {len(p.suite.seeds)} seeds "
+             f"{len(p.methods)} methods × {len(p.settings)} settings × {len(p.suite.seeds)} seeds "
              f"({', '.join(map(str, p.suite.seeds))}), {', '.join(map(str, rounds))} rounds. "
              + "; ".join(f"{k}: {', '.join(v)}" for k, v in prov.items()) + ".",
-             "Accuracy in %, mean ± sample std over seeds. **final**: the last round; **last-5**: the mean "
-             "of the last 5 rounds; **best†**: the best round (secondary: optimistic, it selects on the "
-             "test set). — : the method has no such model."]
+             ("Accuracy in %, mean ± sample std over seeds. **final**: the last round; **last-5**: the mean "
+              "of the last 5 rounds; **best†**: the best round (secondary: optimistic, it selects on the "
+              "test set). — : the method has no such model.")]
     for metric in ACC_METRICS:
         if not any(f"final_{metric}_mean" in c for cells in table.values() for c in cells.values()):
             continue
