@@ -12,13 +12,14 @@ runs came from, and the tolerance policy:
   fixed aggregation order), so any difference is a change in code or config, not noise.
 - **Other environments: absolute tolerance** (fields of the file; defaults below). Another CPU, BLAS
   or torch build rounds float32 differently; SGD amplifies those last-bit differences until a run
-  behaves like a re-draw of its training noise, though its data, partition and initial weights
-  are unchanged. On the default suite (digits, 450 global test images, so one image = 0.22 points)
-  the seed-to-seed spread of final accuracy is about 1-2 points after 30 rounds, hence
-  ``per_seed_abs = 0.03`` (3 accuracy points) per seed. The mean over n seeds (3 by default) varies
-  about sqrt(n) times less, and ``mean_abs = 0.02`` still leaves room for a systematic shift of a
-  few test images between platforms. A real regression (a broken method) moves every seed
-  and the mean by far more.
+  behaves like a re-draw of its training noise (init and batch order), though its data and
+  partition are unchanged. So the tolerance must cover the seed-to-seed spread. Measured on the
+  default suite (FedAvg, 30 rounds, seeds 0-2): final global accuracy spans up to 2.2 points
+  (450 test images, one image = 0.22 points), final local accuracy up to 6.5 points (small local
+  test splits). Hence ``per_seed_abs = 0.07`` per seed, and ``mean_abs = 0.04`` for the mean over
+  seeds (about sqrt(3) times less variable). A real regression (a broken method, a wrong
+  aggregation) moves every seed and the mean by far more; within one environment the exact policy
+  catches any change.
 """
 from __future__ import annotations
 
@@ -40,8 +41,8 @@ FORMAT_VERSION = 1
 STATISTICS = {"final": "final", "last5": "last5_mean"}  # pinned name prefix -> metrics.json group
 FINGERPRINT = ("machine", "torch", "uv_lock_sha256", "python_minor")
 ENVIRONMENT = ("platform", "machine", "python", "torch", "uv_lock_sha256", "git_commit")
-PER_SEED_ABS = 0.03
-MEAN_ABS = 0.02
+PER_SEED_ABS = 0.07
+MEAN_ABS = 0.04
 
 
 class _Strict(BaseModel):
