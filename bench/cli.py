@@ -122,6 +122,32 @@ def _suite_train(args: argparse.Namespace) -> int:
     return 0
 
 
+def _suite_report(args: argparse.Namespace) -> int:
+    from bench.report.suite_report import write_report
+
+    paths = write_report(_suite(args), args.out)
+    print(f"wrote {len(paths)} files to {paths[-1].parent}")
+    return 0
+
+
+def _pin(args: argparse.Namespace) -> int:
+    from bench.report.pinned import default_pinned_path, pin
+
+    suite = _suite(args)
+    path = pin(suite, args.out or default_pinned_path(args.params, suite.name), args.per_seed_tol, args.mean_tol)
+    print(f"pinned suite {suite.name} to {path}")
+    return 0
+
+
+def _compare(args: argparse.Namespace) -> int:
+    from bench.report.pinned import compare, default_pinned_path
+
+    suite = _suite(args)
+    result = compare(suite, args.pinned or default_pinned_path(args.params, suite.name))
+    print(result.format())
+    return 1 if result.failures else 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="bench", description="fkd-bench: reproducible federated knowledge "
                                      "distillation benchmarks. Each subcommand has its own --help.")
@@ -162,8 +188,9 @@ def build_parser() -> argparse.ArgumentParser:
     suite = sub.add_parser("suite", help="run a suite's stages (what dvc.yaml calls)").add_subparsers(
         dest="suite_command", required=True)
 
-    def suite_command(name: str, help_text: str, func: object) -> argparse.ArgumentParser:
-        cmd = suite.add_parser(name, help=help_text)
+    def suite_command(name: str, help_text: str, func: object,
+                      parent: argparse._SubParsersAction = suite) -> argparse.ArgumentParser:
+        cmd = parent.add_parser(name, help=help_text)
         cmd.add_argument("--params", type=Path, default=Path("params.yaml"), help="suite params file")
         cmd.add_argument("--root", type=Path, default=None,
                          help="folder for results/ and partitions/ (default: the params file's folder)")
@@ -177,6 +204,16 @@ def build_parser() -> argparse.ArgumentParser:
     train = suite_command("train", "run every setting x seed of the given methods", _suite_train)
     train.add_argument("--method", action="append", help="only this method (repeatable; default: all)")
     train.add_argument("--jobs", type=int, default=None, help="parallel processes (default: suite.jobs)")
+    suite_command("report", "write summary tables (Markdown, CSV, metrics.json), learning curves (CSV, PNG)",
+                  _suite_report).add_argument("--out", type=Path, help="folder (default: <root>/reports/<suite>)")
+    pin = suite_command("pin", "rewrite the suite's pinned values from its runs (deliberately)", _pin, sub)
+    pin.add_argument("--out", type=Path, help="pinned file (default: reports/pinned/<suite>.json beside --params)")
+    pin.add_argument("--per-seed-tol", type=float, help="absolute tolerance per seed in another environment "
+                     "(default: the policy in bench/report/pinned.py)")
+    pin.add_argument("--mean-tol", type=float, help="absolute tolerance of the mean over seeds in another "
+                     "environment (default: the policy in bench/report/pinned.py)")
+    suite_command("compare", "compare the suite's runs with its pinned values; exit 1 on drift", _compare,
+                  sub).add_argument("--pinned", type=Path, help="pinned file (default: as for `bench pin`)")
 
     sub.add_parser("models", help="list models: parameters, FLOPs per image, feature dimension"
                    ).set_defaults(func=_models)

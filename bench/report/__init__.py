@@ -1,1 +1,1 @@
-"""Reports: tables and plots beside paper and pinned values."""
+"""Reports: tables and plots of a suite's runs beside paper and pinned values, and drift checks."""

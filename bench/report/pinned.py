@@ -1,0 +1,285 @@
+"""Pinned baselines: the numbers a suite produced, committed as ``reports/pinned/<suite>.json``, and
+the check that the suite still produces them.
+
+``bench pin`` writes the file deliberately (never as a side effect); ``bench compare`` reads it.
+Per method, setting and seed it holds the final-round and last-5-round mean of global and local
+accuracy (and the run's config hash), per (method, setting) the mean over seeds, the environment the
+runs came from, and the tolerance policy:
+
+- **Same environment: exact.** When a run's fingerprint (machine, torch version, uv.lock sha256,
+  Python minor version) equals the pinned one, its values must be bitwise equal: runs are
+  deterministic (one seed per run, spawned RNG streams, deterministic kernels, single-threaded,
+  fixed aggregation order), so any difference is a change in code or config, not noise.
+- **Other environments: absolute tolerance** (fields of the file; defaults below). Another CPU, BLAS
+  or torch build rounds float32 differently; SGD amplifies those last-bit differences until a run
+  behaves like a re-draw of its training noise (init and batch order), though its data and
+  partition are unchanged. So the tolerance must cover the seed-to-seed spread. Measured on the
+  default suite (FedAvg, 30 rounds, seeds 0-2): final global accuracy spans up to 2.2 points
+  (450 test images, one image = 0.22 points), final local accuracy up to 6.5 points (small local
+  test splits). Hence ``per_seed_abs = 0.07`` per seed, and ``mean_abs = 0.04`` for the mean over
+  seeds (about sqrt(3) times less variable). A real regression (a broken method, a wrong
+  aggregation) moves every seed and the mean by far more; within one environment the exact policy
+  catches any change.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from bench.config import describe_validation
+from bench.errors import BenchError
+from bench.fileio import write_json
+from bench.report.runs import ACC_METRICS, RunKey, RunRecord, find_runs, mean_std, require_runs
+from bench.suites import Suite
+
+FORMAT = "fkd-bench-pinned"
+FORMAT_VERSION = 1
+STATISTICS = {"final": "final", "last5": "last5_mean"}  # pinned name prefix -> metrics.json group
+FINGERPRINT = ("machine", "torch", "uv_lock_sha256", "python_minor")
+ENVIRONMENT = ("platform", "machine", "python", "torch", "uv_lock_sha256", "git_commit")
+PER_SEED_ABS = 0.07
+MEAN_ABS = 0.04
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Tolerance(_Strict):
+    same_environment: Literal["exact"] = "exact"
+    fingerprint: tuple[Literal["machine", "torch", "uv_lock_sha256", "python_minor", "platform"], ...] = FINGERPRINT
+    per_seed_abs: float = Field(PER_SEED_ABS, ge=0)
+    mean_abs: float = Field(MEAN_ABS, ge=0)
+
+
+class PinnedSeed(_Strict):
+    config_sha256: str
+    values: dict[str, float]
+
+
+class PinnedCell(_Strict):
+    seeds: dict[int, PinnedSeed] = Field(min_length=1)
+    mean: dict[str, float]
+
+
+class PinnedFile(_Strict):
+    format: Literal["fkd-bench-pinned"]
+    format_version: Literal[1]
+    suite: str
+    environment: dict[str, str | list[str]]
+    tolerance: Tolerance
+    values: dict[str, dict[str, PinnedCell]]  # method -> setting -> cell
+
+
+def default_pinned_path(params_file: Path, suite_name: str) -> Path:
+    """``reports/pinned/<suite>.json`` beside the params file (committed with it)."""
+    return Path(params_file).parent / "reports" / "pinned" / f"{suite_name}.json"
+
+
+def fingerprint(environment: dict, fields: tuple[str, ...] = FINGERPRINT) -> tuple[str, ...]:
+    """The environment fields that must be equal for the exact policy to apply."""
+    python = str(environment.get("python", "unknown"))
+    values = {**environment, "python_minor": ".".join(python.split(".")[:2])}
+    return tuple(str(values.get(k, "unknown")) for k in fields)
+
+
+def seed_values(record: RunRecord) -> dict[str, float]:
+    """What is pinned of one run: ``<final|last5>_<metric>`` for each accuracy it reports."""
+    return {f"{name}_{metric}": value for name, group in STATISTICS.items() for metric in ACC_METRICS
+            if (value := record.value(group, metric)) is not None}
+
+
+def seed_means(per_seed: list[dict[str, float]]) -> dict[str, float]:
+    """Mean over seeds (in the order given) of each value every seed has."""
+    keys = set.intersection(*(set(v) for v in per_seed))
+    return {k: mean_std([v[k] for v in per_seed])[0] for k in sorted(keys)}
+
+
+def pinned_environment(records: list[RunRecord]) -> dict[str, str | list[str]]:
+    """The runs' environment; a field on which they differ lists every value, except a fingerprint field."""
+    fingerprints = {fingerprint(r.provenance) for r in records}
+    if len(fingerprints) > 1:
+        raise BenchError(f"the runs come from {len(fingerprints)} environments ({', '.join(FINGERPRINT)}: "
+                         f"{sorted(fingerprints)}); re-train them in one environment before `bench pin`")
+    out: dict[str, str | list[str]] = {}
+    for key in ENVIRONMENT:
+        values = sorted({str(r.provenance.get(key, "unknown")) for r in records})
+        out[key] = values[0] if len(values) == 1 else values
+    return out
+
+
+def pin(suite: Suite, path: Path, per_seed_abs: float | None = None, mean_abs: float | None = None) -> Path:
+    """Write the pinned file of every run of the suite (all must exist); tolerances default to the policy."""
+    runs = require_runs(suite)
+    p = suite.params
+    values = {}
+    for method in p.methods:
+        values[method] = {}
+        for setting in p.settings:
+            seeds = {seed: runs[method, setting, seed] for seed in sorted(p.suite.seeds)}
+            values[method][setting] = PinnedCell(
+                seeds={s: PinnedSeed(config_sha256=r.metrics["config_sha256"], values=seed_values(r))
+                       for s, r in seeds.items()},
+                mean=seed_means([seed_values(r) for r in seeds.values()]))
+    pinned = PinnedFile(format=FORMAT, format_version=FORMAT_VERSION, suite=suite.name,
+                        environment=pinned_environment(list(runs.values())),
+                        tolerance=Tolerance(per_seed_abs=PER_SEED_ABS if per_seed_abs is None else per_seed_abs,
+                                            mean_abs=MEAN_ABS if mean_abs is None else mean_abs), values=values)
+    return write_json(path, pinned.model_dump(mode="json"))
+
+
+def load_pinned(path: Path, suite: Suite) -> PinnedFile:
+    """The pinned file of this suite; one clear :class:`BenchError` (with the fix) for any problem."""
+    fix = f"re-create it with `bench pin` (after `bench suite train`), or restore it with `git checkout -- {path}`"
+    try:
+        raw = json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise BenchError(f"pinned file {path} not found; create it with `bench pin` (after `bench suite train`), "
+                         "or pass --pinned") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise BenchError(f"pinned file {path} is not valid JSON ({exc}); {fix}") from None
+    try:
+        pinned = PinnedFile.model_validate(raw)
+    except ValidationError as exc:
+        raise BenchError(f"pinned file {path} is not a {FORMAT} v{FORMAT_VERSION} file "
+                         f"({describe_validation(exc)}); {fix}") from None
+    if pinned.suite != suite.name:
+        raise BenchError(f"pinned file {path} is for suite {pinned.suite!r}, not {suite.name!r}; pass --pinned "
+                         "with this suite's file, or create it with `bench pin`")
+    return pinned
+
+
+@dataclass(frozen=True)
+class Row:
+    """One compared value; ``seed`` None is the mean over the pinned seeds."""
+    method: str
+    setting: str
+    seed: int | None
+    key: str
+    pinned: float | None
+    now: float | None
+    tolerance: float  # 0.0: exact (same environment)
+    note: str = ""
+
+    @property
+    def status(self) -> str:
+        if self.pinned is None:
+            return "not pinned"
+        if self.now is None:
+            return "MISSING"
+        if self.tolerance == 0.0:
+            return "ok" if self.now == self.pinned else "DRIFT"
+        return "ok" if abs(self.now - self.pinned) <= self.tolerance else "DRIFT"
+
+    @property
+    def failed(self) -> bool:
+        return self.status in ("MISSING", "DRIFT")
+
+    @property
+    def name(self) -> str:
+        return f"{self.method}/{self.setting}/{'mean' if self.seed is None else f'seed{self.seed}'} {self.key}"
+
+
+def _compare_values(method: str, setting: str, seed: int | None, pinned: dict[str, float],
+                    now: dict[str, float] | None, tolerance: float, note: str) -> list[Row]:
+    """Rows for every pinned key, then every current key not pinned; ``note`` explains them."""
+    now = now or {}
+    keys = [*pinned, *(k for k in now if k not in pinned)]
+    return [Row(method, setting, seed, k, pinned.get(k), now.get(k), tolerance,
+                "no longer reported" if note == "" and k not in now else note) for k in keys]
+
+
+@dataclass(frozen=True)
+class Comparison:
+    path: Path
+    pinned: PinnedFile
+    rows: list[Row]
+
+    @property
+    def failures(self) -> list[Row]:
+        return [r for r in self.rows if r.failed]
+
+    def format(self) -> str:
+        """The drift table, then a summary naming each value outside its tolerance."""
+        def num(v: float | None) -> str:
+            return "—" if v is None else f"{v:.6f}"
+
+        def full(v: float | None) -> str:
+            return "—" if v is None else repr(v)
+
+        def diff(r: Row) -> str:
+            if r.pinned is None or r.now is None:
+                return "—"
+            d = r.now - r.pinned
+            return "0" if d == 0 else f"{d:+.2e}" if abs(d) < 1e-4 else f"{d:+.6f}"
+
+        def tolerance(r: Row) -> str:
+            if r.pinned is None or r.now is None:
+                return "—"
+            return "exact" if r.tolerance == 0.0 else f"±{r.tolerance:g}"
+
+        header = ("method", "setting", "seed", "value", "pinned", "now", "diff", "tolerance", "status")
+        table = [header] + [(r.method, r.setting, "mean" if r.seed is None else str(r.seed), r.key, num(r.pinned),
+                             num(r.now), diff(r), tolerance(r),
+                             r.status + (f" ({r.note})" if r.note else "")) for r in self.rows]
+        widths = [max(len(row[i]) for row in table) for i in range(len(header) - 1)]
+        lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths)) + "  " + row[-1] for row in table]
+        counts = {s: sum(r.status == s for r in self.rows) for s in ("ok", "DRIFT", "MISSING", "not pinned")}
+        lines.append(f"\nsuite {self.pinned.suite} against {self.path}: "
+                     + ", ".join(f"{n} {s}" for s, n in counts.items()))
+        lines += [f"  {r.status}: {r.name}: pinned {full(r.pinned)}, now {full(r.now)}, tolerance {tolerance(r)}"
+                  + (f" ({r.note})" if r.note else "") for r in self.failures]
+        return "\n".join(lines)
+
+
+def compare(suite: Suite, path: Path) -> Comparison:
+    """Every pinned value against the suite's current runs, and every current value not pinned.
+
+    Exact where a run's environment fingerprint equals the pinned one, else the pinned tolerance;
+    a pinned value whose run is missing, failed or stale fails; a value not pinned does not."""
+    pinned = load_pinned(path, suite)
+    found, problems = find_runs(suite)
+    tol = pinned.tolerance
+    environment = {k: v for k, v in pinned.environment.items() if isinstance(v, str)}
+    pinned_print = fingerprint(environment, tol.fingerprint)
+    cells = {(m, s): cell for m, by_setting in pinned.values.items() for s, cell in by_setting.items()}
+    for m, s, _ in found:
+        cells.setdefault((m, s), None)
+    methods, settings = list(suite.params.methods), list(suite.params.settings)
+
+    def table_order(key: tuple[str, str]) -> tuple[int, str, int, str]:  # the suite's order, then the rest
+        m, s = key
+        return (methods.index(m) if m in methods else len(methods), m,
+                settings.index(s) if s in settings else len(settings), s)
+
+    rows: list[Row] = []
+    for method, setting in sorted(cells, key=table_order):
+        cell = cells[method, setting]
+        seeds = sorted({*(cell.seeds if cell else ()), *(seed for m, s, seed in found if (m, s) == (method, setting))})
+        records: dict[int, RunRecord] = {}
+        for seed in seeds:
+            key: RunKey = (method, setting, seed)
+            entry = cell.seeds.get(seed) if cell else None
+            record = found.get(key)
+            if record is None:
+                note = problems.get(key, "not in the suite's params")
+            else:
+                records[seed] = record
+                changed = entry is not None and entry.config_sha256 != record.metrics["config_sha256"]
+                note = "config changed since pinned" if changed else ""
+            exact = record is not None and fingerprint(record.provenance, tol.fingerprint) == pinned_print
+            rows += _compare_values(method, setting, seed, entry.values if entry else {},
+                                    seed_values(record) if record else None,
+                                    0.0 if exact else tol.per_seed_abs, note)
+        mean_seeds = sorted(cell.seeds) if cell else seeds
+        complete = all(s in records for s in mean_seeds)
+        now_mean = seed_means([seed_values(records[s]) for s in mean_seeds]) if complete and mean_seeds else None
+        exact = complete and all(fingerprint(records[s].provenance, tol.fingerprint) == pinned_print
+                                 for s in mean_seeds)
+        rows += _compare_values(method, setting, None, cell.mean if cell else {}, now_mean,
+                                0.0 if exact else tol.mean_abs, "" if complete else "a seed's run is missing")
+    return Comparison(Path(path), pinned, rows)

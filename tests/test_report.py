@@ -1,0 +1,187 @@
+"""`bench suite report`, `bench pin` and `bench compare` on a tiny suite trained once per module."""
+from __future__ import annotations
+
+import json
+import shutil
+import statistics
+from pathlib import Path
+
+import pytest
+
+from bench.cli import main
+from bench.data import prepare_dataset
+
+PARAMS = """
+suite:
+  name: tiny
+  seeds: [0, 1]
+  jobs: 1
+  base:
+    dataset: {name: digits}
+    partition: {num_clients: 4, local_test_fraction: 0.2, seed: 0}
+    model: {name: cnn}
+    training: {rounds: 3, local_epochs: 1, batch_size: 32, optimizer: {name: sgd, lr: 0.05}}
+    tracking: {mlflow: false}
+settings:
+  iid: {scheme: iid}
+  dir0.5: {scheme: dirichlet, alpha: 0.5, mode: per_class, min_size: 10}
+methods:
+  fedavg: {}
+  standalone: {}
+"""
+METHODS, SETTINGS, SEEDS = ["fedavg", "standalone"], ["iid", "dir0.5"], [0, 1]
+
+
+@pytest.fixture(scope="module")
+def suite_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A trained tiny suite: params.yaml, data/, partitions/ and results/ in one folder."""
+    root = tmp_path_factory.mktemp("suite")
+    (root / "params.yaml").write_text(PARAMS)
+    prepare_dataset("digits", root / "data")
+    common = ["--params", str(root / "params.yaml"), "--data-dir", str(root / "data")]
+    assert main(["suite", "partition", *common]) == 0
+    assert main(["suite", "train", *common]) == 0
+    return root
+
+
+def bench(root: Path, *args: str) -> int:
+    return main([*args, "--params", str(root / "params.yaml")])
+
+
+def seed_metrics(root: Path, method: str, setting: str) -> list[dict]:
+    return [json.loads((root / "results/tiny" / method / setting / f"seed{s}" / "metrics.json").read_text())
+            for s in SEEDS]
+
+
+def test_report_tables_match_the_runs(suite_root: Path, tmp_path: Path) -> None:
+    out = tmp_path / "report"
+    assert bench(suite_root, "suite", "report", "--out", str(out)) == 0
+    for name in ["summary.md", "summary.csv", "metrics.json"] + [f"curves_{s}.{e}" for s in SETTINGS
+                                                                  for e in ("csv", "png")]:
+        assert (out / name).stat().st_size > 0, name
+    markdown = (out / "summary.md").read_text()
+    tables = {}  # section title -> {method: {column: cell}}
+    for section in markdown.split("\n## ")[1:]:
+        lines = [line for line in section.splitlines() if line.startswith("|")]
+        if lines:
+            header = [c.strip() for c in lines[0].strip("|").split("|")]
+            rows = [[c.strip() for c in line.strip("|").split("|")] for line in lines[2:]]
+            tables[section.splitlines()[0]] = {r[0]: dict(zip(header, r)) for r in rows}
+    global_table = next(t for title, t in tables.items() if title.startswith("Global accuracy"))
+    local_table = next(t for title, t in tables.items() if title.startswith("Local accuracy"))
+    assert list(global_table) == METHODS and list(local_table) == METHODS
+    assert list(global_table["fedavg"]) == ["method"] + [f"{s} {k}" for s in SETTINGS
+                                                         for k in ("final", "last-5", "best†")]
+    summary = json.loads((out / "metrics.json").read_text())
+    for setting in SETTINGS:
+        for method, table, metric in [("fedavg", global_table, "global_acc"), ("fedavg", local_table, "local_acc"),
+                                      ("standalone", local_table, "local_acc")]:
+            finals = [m["final"][metric] for m in seed_metrics(suite_root, method, setting)]
+            mean, std = statistics.fmean(finals), statistics.stdev(finals)
+            assert table[method][f"{setting} final"] == f"{100 * mean:.2f} ± {100 * std:.2f}"
+            assert summary[method][setting][f"final_{metric}_mean"] == pytest.approx(mean, abs=1e-12)
+        assert global_table["standalone"][f"{setting} final"] == "—"  # no global model
+        assert "final_global_acc_mean" not in summary["standalone"][setting]
+        assert summary["fedavg"][setting]["time_vs_fedavg"] == 1.0
+        header = (out / f"curves_{setting}.csv").read_text().splitlines()[0]
+        assert header == "round,fedavg_global_acc,fedavg_local_acc,standalone_local_acc"
+    assert "× fedavg" in markdown and "![curves_iid](curves_iid.png)" in markdown
+
+
+def test_pin_then_compare(suite_root: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pinned = tmp_path / "pinned.json"
+    assert bench(suite_root, "pin", "--out", str(pinned)) == 0
+    data = json.loads(pinned.read_text())
+    assert (data["format"], data["format_version"], data["suite"]) == ("fkd-bench-pinned", 1, "tiny")
+    assert {"machine", "torch", "uv_lock_sha256", "python", "git_commit", "platform"} <= set(data["environment"])
+    first = seed_metrics(suite_root, "fedavg", "iid")[0]
+    assert data["values"]["fedavg"]["iid"]["seeds"]["0"]["values"]["final_global_acc"] == first["final"]["global_acc"]
+    capsys.readouterr()
+    assert bench(suite_root, "compare", "--pinned", str(pinned)) == 0
+    assert "0 DRIFT, 0 MISSING" in capsys.readouterr().out
+
+    # exact in the same environment: the smallest change fails, and the output names the cell
+    data["values"]["fedavg"]["dir0.5"]["seeds"]["1"]["values"]["last5_local_acc"] += 1e-12
+    pinned.write_text(json.dumps(data))
+    assert bench(suite_root, "compare", "--pinned", str(pinned)) == 1
+    out = capsys.readouterr().out
+    assert "DRIFT: fedavg/dir0.5/seed1 last5_local_acc" in out and "1 DRIFT" in out
+    assert any(line.split()[:4] == ["fedavg", "dir0.5", "1", "last5_local_acc"] and line.endswith("DRIFT")
+               for line in out.splitlines())
+
+    # another environment: the file's absolute tolerances apply
+    data["environment"]["torch"] = "0.0.0"
+    data["values"]["fedavg"]["iid"]["seeds"]["0"]["values"]["final_global_acc"] += 0.03
+    pinned.write_text(json.dumps(data))
+    assert bench(suite_root, "compare", "--pinned", str(pinned)) == 0
+    data["values"]["fedavg"]["iid"]["mean"]["final_global_acc"] += 0.1
+    pinned.write_text(json.dumps(data))
+    assert bench(suite_root, "compare", "--pinned", str(pinned)) == 1
+    assert "DRIFT: fedavg/iid/mean final_global_acc" in capsys.readouterr().out
+
+
+def test_new_method_is_not_pinned_and_missing_pinned_run_fails(
+        suite_root: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pinned = tmp_path / "pinned.json"
+    assert bench(suite_root, "pin", "--out", str(pinned)) == 0
+    data = json.loads(pinned.read_text())
+    data["values"]["fedprox"] = data["values"].pop("standalone")  # standalone new; fedprox pinned, never run
+    pinned.write_text(json.dumps(data))
+    capsys.readouterr()
+    assert bench(suite_root, "compare", "--pinned", str(pinned)) == 1
+    out = capsys.readouterr().out
+    assert any(line.startswith("standalone") and line.endswith("not pinned") for line in out.splitlines())
+    assert "MISSING: fedprox/iid/seed0 final_local_acc" in out and "(not in the suite's params)" in out
+    assert "0 DRIFT, 12 MISSING, 12 not pinned" in out
+    del data["values"]["fedprox"]
+    pinned.write_text(json.dumps(data))
+    assert bench(suite_root, "compare", "--pinned", str(pinned)) == 0
+
+
+@pytest.mark.parametrize("problem, expected", [
+    ("missing", "not found"),
+    ("corrupt", "is not valid JSON"),
+    ("schema", "is not a fkd-bench-pinned v1 file"),
+    ("other suite", "is for suite 'other', not 'tiny'"),
+])
+def test_compare_rejects_bad_pinned_file(suite_root: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                         problem: str, expected: str) -> None:
+    pinned = tmp_path / "pinned.json"
+    assert bench(suite_root, "pin", "--out", str(pinned)) == 0
+    data = json.loads(pinned.read_text())
+    if problem == "missing":
+        pinned.unlink()
+    elif problem == "corrupt":
+        pinned.write_text(pinned.read_text()[:100])
+    elif problem == "schema":
+        del data["values"]["fedavg"]["iid"]["mean"]
+        pinned.write_text(json.dumps(data))
+    else:
+        data["suite"] = "other"
+        pinned.write_text(json.dumps(data))
+    capsys.readouterr()
+    assert bench(suite_root, "compare", "--pinned", str(pinned)) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: pinned file {pinned}") and expected in err and "`bench pin`" in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_missing_or_failed_run_is_named(suite_root: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert bench(suite_root, "suite", "report", "-S", "suite.seeds=[0,7]", "--out", str(tmp_path / "r")) == 2
+    err = capsys.readouterr().err
+    assert f"{suite_root}/results/tiny/standalone/dir0.5/seed7: not run (no metrics.json)" in err
+    assert "bench suite train --method fedavg --method standalone" in err and "Traceback" not in err
+
+    root = tmp_path / "copy"
+    shutil.copytree(suite_root, root, ignore=shutil.ignore_patterns("data"))
+    assert bench(root, "pin", "--out", str(tmp_path / "pinned.json")) == 0
+    run = root / "results/tiny/standalone/iid/seed1"
+    (run / "metrics.json").unlink()
+    (run / "failure.json").write_text(json.dumps({"status": "failed", "reason": "diverged at round 2"}))
+    for command in (["suite", "report"], ["pin", "--out", str(tmp_path / "pinned2.json")]):
+        assert bench(root, *command) == 2
+        err = capsys.readouterr().err
+        assert f"{run}: failed (diverged at round 2)" in err and "bench suite train --method standalone" in err
+    assert not (tmp_path / "pinned2.json").exists()
+    assert bench(root, "compare", "--pinned", str(tmp_path / "pinned.json")) == 1
+    assert "MISSING: standalone/iid/seed1 final_local_acc: pinned" in capsys.readouterr().out
