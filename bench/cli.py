@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from bench.errors import BenchError, Diverged
+from bench.fileio import write_text
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -144,7 +145,10 @@ def _compare(args: argparse.Namespace) -> int:
 
     suite = _suite(args)
     result = compare(suite, args.pinned or default_pinned_path(args.params, suite.name))
-    print(result.format())
+    table = result.format()
+    if args.out:
+        write_text(args.out, table + "\n")
+    print(table)
     return 1 if result.failures else 0
 
 
@@ -212,8 +216,10 @@ def build_parser() -> argparse.ArgumentParser:
                      "(default: the policy in bench/report/pinned.py)")
     pin.add_argument("--mean-tol", type=float, help="absolute tolerance of the mean over seeds in another "
                      "environment (default: the policy in bench/report/pinned.py)")
-    suite_command("compare", "compare the suite's runs with its pinned values; exit 1 on drift", _compare,
-                  sub).add_argument("--pinned", type=Path, help="pinned file (default: as for `bench pin`)")
+    compare = suite_command("compare", "compare the suite's runs with its pinned values; exit 1 on drift",
+                            _compare, sub)
+    compare.add_argument("--pinned", type=Path, help="pinned file (default: as for `bench pin`)")
+    compare.add_argument("--out", type=Path, help="also write the drift table to this file")
 
     sub.add_parser("models", help="list models: parameters, FLOPs per image, feature dimension"
                    ).set_defaults(func=_models)

@@ -56,8 +56,10 @@ def seed_metrics(root: Path, method: str, setting: str) -> list[dict]:
 def test_report_tables_match_the_runs(suite_root: Path, tmp_path: Path) -> None:
     out = tmp_path / "report"
     assert bench(suite_root, "suite", "report", "--out", str(out)) == 0
-    for name in ["summary.md", "summary.csv", "metrics.json"] + [f"curves_{s}.{e}" for s in SETTINGS
-                                                                  for e in ("csv", "png")]:
+    for name in ["summary.md", "summary.csv", "metrics.json"] + [
+            f"{folder}/{kind}_{s}.{ext}" for s in SETTINGS
+            for folder, kind, ext in (("plots", "curves", "csv"), ("figures", "curves", "png"),
+                                      ("figures", "partition", "png"))]:
         assert (out / name).stat().st_size > 0, name
     markdown = (out / "summary.md").read_text()
     tables = {}  # section title -> {method: {column: cell}}
@@ -83,9 +85,9 @@ def test_report_tables_match_the_runs(suite_root: Path, tmp_path: Path) -> None:
         assert global_table["standalone"][f"{setting} final"] == "—"  # no global model
         assert "final_global_acc_mean" not in summary["standalone"][setting]
         assert summary["fedavg"][setting]["time_vs_fedavg"] == 1.0
-        header = (out / f"curves_{setting}.csv").read_text().splitlines()[0]
+        header = (out / "plots" / f"curves_{setting}.csv").read_text().splitlines()[0]
         assert header == "round,fedavg_global_acc,fedavg_local_acc,standalone_local_acc"
-    assert "× fedavg" in markdown and "![curves_iid](curves_iid.png)" in markdown
+    assert "× fedavg" in markdown and "![curves_iid](figures/curves_iid.png)" in markdown
 
 
 def test_pin_then_compare(suite_root: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

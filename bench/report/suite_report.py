@@ -7,19 +7,14 @@ Writes to ``reports/<suite>/``:
   over rounds, each as mean ± sample std over seeds; and the mean wall time per round
   (``wall_time_s / rounds``) as a ratio to FedAvg.
 - ``metrics.json``: ``{method: {setting: {final_global_acc_mean: ..., ...}}}`` for ``dvc metrics show``.
-- ``curves_<setting>.csv``: ``round`` and one column per method and metric (``fedavg_global_acc``),
-  the mean over seeds (empty where not evaluated), for ``dvc plots show``, e.g. in dvc.yaml::
-
-      plots:
-        - reports/default/curves_iid.csv: {x: round, y: [fedavg_global_acc, fedprox_global_acc]}
-
-- ``curves_<setting>.png``: mean over seeds with a min-max band, global and local accuracy panels.
-- ``partition_<setting>.png``: the client x class heatmap, where ``bench.report.partition_plots`` exists.
+- ``plots/curves_<setting>.csv``: ``round`` and one column per method and metric (``fedavg_global_acc``),
+  the mean over seeds (empty where not evaluated), for ``dvc plots show`` (dvc.yaml declares the folder).
+- ``figures/curves_<setting>.png``: mean over seeds with a min-max band, global and local accuracy panels.
+- ``figures/partition_<setting>.png``: each setting's partition figure.
 """
 from __future__ import annotations
 
 import csv
-import importlib.util
 import io
 from pathlib import Path
 
@@ -174,19 +169,14 @@ def plot_curves(rounds: np.ndarray, curves: dict[tuple[str, str], np.ndarray], t
     atomic_write(path, lambda handle: fig.savefig(handle, format="png", dpi=110))
 
 
-def partition_heatmaps(suite: Suite, out: Path) -> list[Path]:
-    """Each setting's client x class heatmap, once ``bench/report/partition_plots.py`` exists."""
-    if importlib.util.find_spec("bench.report.partition_plots") is None:
-        return []
+def partition_figures(suite: Suite, folder: Path) -> list[Path]:
+    """Each setting's partition figure (the client x class heatmap of FedHKD Figs. 1-3, or the
+    figure its scheme's paper uses)."""
     from bench.data.partition import load_partition
-    from bench.report.partition_plots import plot_heatmap
+    from bench.report.partition_plots import plot_partition
 
-    paths = []
-    for setting in suite.params.settings:
-        if (suite.partition_dir(setting) / "partition.json").exists():
-            paths.append(out / f"partition_{setting}.png")
-            plot_heatmap(load_partition(suite.partition_dir(setting)), paths[-1], title=f"{suite.name}: {setting}")
-    return paths
+    return [plot_partition(load_partition(suite.partition_dir(setting)), folder / f"partition_{setting}.png")
+            for setting in suite.params.settings if (suite.partition_dir(setting) / "partition.json").exists()]
 
 
 def write_report(suite: Suite, out: Path | None = None) -> list[Path]:
@@ -199,10 +189,10 @@ def write_report(suite: Suite, out: Path | None = None) -> list[Path]:
     written = [write_json(out / "metrics.json", table), write_text(out / "summary.csv", summary_csv(table))]
     for setting in suite.params.settings:
         rounds, curves = setting_curves(suite, runs, setting)
-        written.append(write_text(out / f"curves_{setting}.csv", curves_csv(rounds, curves)))
-        plot_curves(rounds, curves, f"{suite.name}: {setting}", out / f"curves_{setting}.png")
-        written.append(out / f"curves_{setting}.png")
-    written += partition_heatmaps(suite, out)
-    images = [p.name for p in written if p.suffix == ".png"]
+        written.append(write_text(out / "plots" / f"curves_{setting}.csv", curves_csv(rounds, curves)))
+        plot_curves(rounds, curves, f"{suite.name}: {setting}", out / "figures" / f"curves_{setting}.png")
+        written.append(out / "figures" / f"curves_{setting}.png")
+    written += partition_figures(suite, out / "figures")
+    images = [str(p.relative_to(out)) for p in written if p.suffix == ".png"]
     written.append(write_text(out / "summary.md", summary_markdown(suite, table, runs, images)))
     return written
