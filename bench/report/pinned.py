@@ -6,8 +6,8 @@ Per method, setting and seed it holds the final-round and last-5-round mean of g
 accuracy (and the run's config hash), per (method, setting) the mean over seeds, the environment the
 runs came from, and the tolerance policy:
 
-- **Same environment: exact.** When a run's fingerprint (machine, torch version, uv.lock sha256,
-  Python minor version) equals the pinned one, its values must be bitwise equal: runs are
+- **Same environment: exact.** When a run's fingerprint (machine, the CPU kernels torch dispatches
+  to, torch version, uv.lock sha256, Python minor version) equals the pinned one, its values must be bitwise equal: runs are
   deterministic (one seed per run, spawned RNG streams, deterministic kernels, single-threaded,
   fixed aggregation order), so any difference is a change in code or config, not noise.
 - **Other environments: absolute tolerance** (fields of the file; defaults below). Another CPU, BLAS
@@ -36,11 +36,12 @@ from bench.fileio import write_json
 from bench.report.runs import ACC_METRICS, RunKey, RunRecord, find_runs, mean_std, require_runs
 from bench.suites import Suite
 
+FingerprintField = Literal["machine", "cpu_capability", "torch", "uv_lock_sha256", "python_minor", "platform"]
 FORMAT = "fkd-bench-pinned"
 FORMAT_VERSION = 1
 STATISTICS = {"final": "final", "last5": "last5_mean"}  # pinned name prefix -> metrics.json group
-FINGERPRINT = ("machine", "torch", "uv_lock_sha256", "python_minor")
-ENVIRONMENT = ("platform", "machine", "python", "torch", "uv_lock_sha256", "git_commit")
+FINGERPRINT = ("machine", "cpu_capability", "torch", "uv_lock_sha256", "python_minor")
+ENVIRONMENT = ("platform", "machine", "cpu_capability", "python", "torch", "uv_lock_sha256", "git_commit")
 PER_SEED_ABS = 0.07
 MEAN_ABS = 0.04
 
@@ -51,7 +52,7 @@ class _Strict(BaseModel):
 
 class Tolerance(_Strict):
     same_environment: Literal["exact"] = "exact"
-    fingerprint: tuple[Literal["machine", "torch", "uv_lock_sha256", "python_minor", "platform"], ...] = FINGERPRINT
+    fingerprint: tuple[FingerprintField, ...] = FINGERPRINT
     per_seed_abs: float = Field(PER_SEED_ABS, ge=0)
     mean_abs: float = Field(MEAN_ABS, ge=0)
 

@@ -36,7 +36,9 @@ def code_version() -> dict[str, str]:
 
 def environment() -> dict[str, str]:
     return {"platform": platform.platform(), "machine": platform.machine(), "python": sys.version.split()[0],
-            "torch": torch.__version__}
+            "torch": torch.__version__,
+            # the CPU kernels torch dispatches to (e.g. AVX2, AVX512): they round differently
+            "cpu_capability": torch.backends.cpu.get_cpu_capability()}
 
 
 def provenance(result: Any) -> dict[str, Any]:
