@@ -1,4 +1,6 @@
-"""Algorithm registry: one file per method, each registering an :class:`Algorithm` subclass.
+"""Algorithm registry: one file per method in this package, each registering an
+:class:`Algorithm` subclass with :func:`register_algorithm`; every module here is imported on first
+use, so adding a method is adding its file.
 
 Third-party methods join through the ``fkd_bench.algorithms`` entry-point group: a plug-in package
 declares ``[project.entry-points."fkd_bench.algorithms"] mymethod = "mypkg.mymethod"`` and the
@@ -7,6 +9,7 @@ module registers its class with :func:`register_algorithm` on import.
 from __future__ import annotations
 
 from collections.abc import Callable
+import pkgutil
 from importlib import import_module
 from importlib.metadata import entry_points
 from typing import TypeVar
@@ -16,7 +19,6 @@ from bench.errors import BenchError
 
 A = TypeVar("A", bound=type[Algorithm])
 _ALGORITHMS: dict[str, type[Algorithm]] = {}
-BUILTIN = ("fedavg", "fedprox", "standalone")
 
 
 def register_algorithm(name: str) -> Callable[[A], A]:
@@ -31,8 +33,8 @@ def register_algorithm(name: str) -> Callable[[A], A]:
 
 
 def _load() -> None:
-    for module in BUILTIN:
-        import_module(f"bench.algorithms.{module}")
+    for module in pkgutil.iter_modules(__path__):
+        import_module(f"{__name__}.{module.name}")
     for ep in entry_points(group="fkd_bench.algorithms"):
         ep.load()
 

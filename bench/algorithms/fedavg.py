@@ -1,5 +1,6 @@
-"""FedAvg — McMahan et al., "Communication-efficient learning of deep networks from decentralized
-data", AISTATS 2017.
+"""FedAvg — McMahan et al., AISTATS 2017.
+
+"Communication-efficient learning of deep networks from decentralized data".
 
 Local objective: cross-entropy (:meth:`Algorithm.local_loss`). Server: the sample-weighted average
 of the clients' full state dicts (:class:`ParameterAveraging`; specs/dafkd.md §2.1,

@@ -1,7 +1,7 @@
 """Engine overhead: one FedAvg run against a bare PyTorch loop doing the same optimiser steps on the
 same model and data (target: ≤ 5 % overhead, never more than 15 %). Evaluation is timed separately.
 
-Run:  uv run pytest tests/benchmarks --benchmark-only -s
+Run:  uv run pytest benchmarks --benchmark-only -s
 """
 from __future__ import annotations
 

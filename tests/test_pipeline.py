@@ -1,0 +1,66 @@
+"""End to end: the real dvc.yaml at smoke scale, offline, in a scratch copy of the project."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _dvc(project: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+           "DVC_NO_ANALYTICS": "1"}
+    return subprocess.run([sys.executable, "-m", "dvc", *args], cwd=project, env=env, capture_output=True,
+                          text=True, timeout=900)
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """dvc.yaml and bench/ copied; params.yaml = the default suite shrunk to smoke scale."""
+    folder = tmp_path_factory.mktemp("project")
+    shutil.copy(ROOT / "dvc.yaml", folder)
+    shutil.copytree(ROOT / "bench", folder / "bench", ignore=shutil.ignore_patterns("__pycache__"))
+    params = yaml.safe_load((ROOT / "params.yaml").read_text())
+    params["suite"].update(seeds=[0], jobs=1)
+    params["suite"]["base"]["training"]["rounds"] = 2
+    params["settings"] = {k: params["settings"][k] for k in ("iid", "dir0.1")}
+    (folder / "params.yaml").write_text(yaml.safe_dump(params))
+    assert _dvc(folder, "init", "--no-scm", "-q").returncode == 0
+    return folder
+
+
+def test_dvc_repro_report_pin_compare(project: Path) -> None:
+    methods = list(yaml.safe_load((project / "params.yaml").read_text())["methods"])
+
+    first = _dvc(project, "repro", "report")
+    assert first.returncode == 0, first.stderr[-3000:]
+    summary = (project / "reports" / "default" / "summary.md").read_text()
+    assert all(f"| {m} |" in summary for m in methods)
+    metrics = json.loads((project / "reports" / "default" / "metrics.json").read_text())
+    assert set(metrics) == set(methods) and set(metrics["fedavg"]) == {"iid", "dir0.1"}
+
+    pin = subprocess.run([sys.executable, "-m", "bench.cli", "pin"], cwd=project, capture_output=True, text=True)
+    assert pin.returncode == 0, pin.stderr
+    passing = _dvc(project, "repro")
+    assert passing.returncode == 0, passing.stderr[-3000:]
+    assert "0 DRIFT, 0 MISSING" in (project / "reports" / "default" / "drift.md").read_text()
+
+    again = _dvc(project, "repro")
+    assert again.returncode == 0 and "Data and pipelines are up to date" in again.stdout
+
+    pinned_path = project / "reports" / "pinned" / "default.json"
+    pinned = json.loads(pinned_path.read_text())
+    pinned["values"]["fedavg"]["iid"]["seeds"]["0"]["values"]["final_global_acc"] += 0.001
+    pinned_path.write_text(json.dumps(pinned))
+    failing = _dvc(project, "repro")
+    assert failing.returncode != 0
+    drift = (project / "reports" / "default" / "drift.md").read_text()
+    assert "DRIFT" in drift and "fedavg" in drift and "final_global_acc" in drift
+    assert "DRIFT" in failing.stdout  # the table is printed where the user sees it
