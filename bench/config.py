@@ -64,6 +64,12 @@ class OptimizerConfig(Strict):
     persistent: bool = Field(False, description="keep each client's optimiser state across rounds")
 
 
+class LRDecayConfig(Strict):
+    every: int | None = Field(None, ge=1, description="multiply the learning rate by `factor` every this many "
+                                                       "rounds (FedHKD paper A6); null: constant")
+    factor: float = Field(0.5, gt=0, le=1)
+
+
 class TrainingConfig(Strict):
     rounds: int = Field(30, ge=1)
     local_epochs: int | None = Field(1, ge=1)
@@ -71,6 +77,8 @@ class TrainingConfig(Strict):
     batch_size: int = Field(32, ge=1)
     drop_last: bool = False
     optimizer: OptimizerConfig = Field(default_factory=OptimizerConfig)
+    lr_decay: LRDecayConfig = Field(default_factory=LRDecayConfig)
+    grad_clip: float | None = Field(None, gt=0, description="clip each local step's gradient norm (FedHKD code: 1.1)")
 
     @model_validator(mode="after")
     def _epochs_or_steps(self) -> TrainingConfig:
@@ -81,6 +89,13 @@ class TrainingConfig(Strict):
 
 class ParticipationConfig(Strict):
     fraction: float = Field(1.0, gt=0, le=1, description="share of clients sampled each round (seeded)")
+
+
+class PublicConfig(Strict):
+    """An unlabelled public set shared by all clients (FedMD, FedAL): ``size`` training images that no
+    client holds, drawn with the partition seed (specs/fedhkd.md §4 FedMD [R])."""
+
+    size: int = Field(0, ge=0, description="0: no public data")
 
 
 class EvaluationConfig(Strict):
@@ -126,6 +141,7 @@ class ExperimentConfig(Strict):
     algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig)
     training: TrainingConfig = Field(default_factory=TrainingConfig)
     participation: ParticipationConfig = Field(default_factory=ParticipationConfig)
+    public: PublicConfig = Field(default_factory=PublicConfig)
     evaluation: EvaluationConfig = Field(default_factory=EvaluationConfig)
     tracking: TrackingConfig = Field(default_factory=TrackingConfig)
 

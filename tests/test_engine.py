@@ -3,6 +3,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -207,3 +208,31 @@ def test_heterogeneous_architectures_are_seeded_and_recorded(data_dir: Path, tmp
         run_federation(small_config(model={"name": "cnn", "candidates": ["cnn", "mlp"]}), data_dir)
     with pytest.raises(BenchError, match="is a generator, not a classifier"):
         small_config(model={"name": "fedgen_generator"})
+
+
+def test_lr_step_decay_and_grad_clip(data_dir: Path) -> None:
+    cfg = small_config(training={"optimizer": {"lr": 0.1}, "lr_decay": {"every": 10, "factor": 0.5}})
+    ctx = Context(cfg, (1, 8, 8), 10, torch.device("cpu"))
+    assert [ctx.lr_at(t) for t in (1, 10, 11, 21)] == [0.1, 0.1, 0.05, 0.025]
+    cfg = small_config(partition={"num_clients": 1, "local_test_fraction": 0.0},
+                       training={"rounds": 1, "local_epochs": None, "local_steps": 1, "grad_clip": 0.01,
+                                 "optimizer": {"lr": 1.0}})
+    result = run_federation(cfg, data_dir)
+    start = Context(cfg, (1, 8, 8), 10, torch.device("cpu")).build_model("server")
+    step = torch.cat([(a - b).flatten() for a, b in zip(result.extra["server"].model.parameters(),
+                                                         start.parameters())])
+    assert 0 < step.norm() <= 0.01 + 1e-6  # lr 1 x gradient clipped to norm 0.01
+
+
+def test_public_set_is_unused_fixed_and_checked(data_dir: Path) -> None:
+    from bench.engine.federation import public_indices
+
+    cfg = small_config(partition={"scheme": "fedhkd", "alpha": 0.5, "local_test_fraction": 0.0}, public={"size": 50})
+    result = run_federation(cfg, data_dir)
+    partition = result.extra["partition"]
+    public = public_indices(cfg, partition, 1347)
+    assert len(set(public.tolist())) == 50
+    assert not set(public.tolist()) & set(np.concatenate(partition.train).tolist())
+    assert public.tolist() == public_indices(small_config(**{**cfg.to_dict(), "seed": 5}), partition, 1347).tolist()
+    with pytest.raises(BenchError, match="training images are held by no client"):
+        run_federation(small_config(public={"size": 10}, partition={"local_test_fraction": 0.0}), data_dir)

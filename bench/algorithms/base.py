@@ -29,6 +29,12 @@ class Algorithm:
     name: ClassVar[str] = ""
     Params: ClassVar[type[AlgorithmParams]] = AlgorithmParams
     has_global_model: ClassVar[bool] = True
+    resident_models: ClassVar[int] = 1  # copies of the client model held during local training
+
+    def resident_parameters(self, model: torch.nn.Module) -> int:
+        """Parameters held in memory during local training (FedHKD Table 1 "Params"): ``resident_models``
+        copies of the client model; methods with extra models (FedGen's generator) add them."""
+        return self.resident_models * sum(p.numel() for p in model.parameters())
 
     def __init__(self, params: AlgorithmParams, ctx: Context) -> None:
         self.params = params

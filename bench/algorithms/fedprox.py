@@ -22,6 +22,7 @@ class FedProxParams(AveragingParams):
 class FedProx(ParameterAveraging):
     Params = FedProxParams
     params: FedProxParams
+    resident_models = 2  # the local model and the frozen global copy w^t
 
     def broadcast(self, server: Server, client: Client) -> None:
         super().broadcast(server, client)

@@ -27,6 +27,7 @@ class Context:
     in_shape: tuple[int, ...]
     num_classes: int
     device: torch.device
+    public_x: torch.Tensor | None = None  # the unlabelled public set, when the config asks for one
 
     @property
     def seed(self) -> int:
@@ -77,17 +78,29 @@ class Context:
             return torch.optim.SGD(params, lr=lr, momentum=opt.momentum, weight_decay=opt.weight_decay)
         return torch.optim.Adam(params, lr=lr, weight_decay=opt.weight_decay)
 
-    def client_optimizer(self, client: Client) -> torch.optim.Optimizer:
-        """The client's optimiser: kept across rounds when ``optimizer.persistent``, else fresh."""
+    def lr_at(self, round_index: int) -> float:
+        """The local learning rate in ``round_index`` (1-based): constant, or step-decayed."""
+        train = self.config.training
+        if train.lr_decay.every is None:
+            return train.optimizer.lr
+        return train.optimizer.lr * train.lr_decay.factor ** ((round_index - 1) // train.lr_decay.every)
+
+    def client_optimizer(self, client: Client, round_index: int) -> torch.optim.Optimizer:
+        """The client's optimiser at this round's learning rate: kept across rounds when
+        ``optimizer.persistent``, else fresh."""
+        lr = self.lr_at(round_index)
         if client.optimizer is None or not self.config.training.optimizer.persistent:
-            client.optimizer = self.make_optimizer(client.model.parameters())
+            client.optimizer = self.make_optimizer(client.model.parameters(), lr)
+        for group in client.optimizer.param_groups:
+            group["lr"] = lr
         return client.optimizer
 
     def local_train(self, client: Client, round_index: int, loss_fn: LossFn) -> float:
         """Run the client's local epochs/steps minimising ``loss_fn(client, x, y)``; return the mean
         batch loss. Raises :class:`Diverged` when the loss is not finite."""
         model, data = client.model, client.data
-        optimizer = self.client_optimizer(client)
+        optimizer = self.client_optimizer(client, round_index)
+        clip = self.config.training.grad_clip
         model.train()
         total = torch.zeros((), device=self.device)
         steps = 0
@@ -95,6 +108,8 @@ class Context:
             loss = loss_fn(client, data.x[idx], data.y[idx])
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
+            if clip is not None:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
             optimizer.step()
             total += loss.detach()
             steps += 1

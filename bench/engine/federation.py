@@ -66,6 +66,18 @@ def partition_for(config: ExperimentConfig, data: PreparedDataset, partition_dir
     return partition_dataset(data, p.scheme, p.num_clients, p.seed, p.scheme_params, p.local_test_fraction)
 
 
+def public_indices(config: ExperimentConfig, partition: Partition, num_train: int) -> np.ndarray:
+    """``public.size`` training images held by no client (their train or local test), drawn with the
+    partition seed so every method and run seed sees the same public set, in a fixed order."""
+    used = np.concatenate([*partition.train, *(partition.local_test if partition.local_test_source == "train"
+                                               else [])])
+    pool = np.setdiff1d(np.arange(num_train), used)
+    if len(pool) < config.public.size:
+        raise BenchError(f"public.size={config.public.size} but only {len(pool)} training images are held by no "
+                         "client; lower public.size or use a partition that leaves data unused")
+    return numpy_stream(config.partition.seed, "public").choice(pool, size=config.public.size, replace=False)
+
+
 def to_tensor(images: np.ndarray, data: PreparedDataset, device: torch.device) -> torch.Tensor:
     """uint8 N x C x H x W -> normalised float32 on ``device``."""
     x = torch.from_numpy(images).to(device=device, dtype=torch.float32).div_(255.0)
@@ -102,7 +114,9 @@ def run_federation(config: ExperimentConfig, data_dir: str | Path | None = None,
     test_y = torch.from_numpy(data.test_y).to(device)
     local_x, local_y = (train_x, train_y) if partition.local_test_source == "train" else (test_x, test_y)
 
-    ctx = Context(config, data.image_shape, data.num_classes, device)
+    ctx = Context(config, data.image_shape, data.num_classes, device,
+                  public_x=train_x[torch.from_numpy(public_indices(config, partition, len(train_y)))]
+                  if config.public.size else None)
     algorithm_cls = get_algorithm(config.algorithm.name)
     algorithm = algorithm_cls(algorithm_cls.Params.model_validate(config.algorithm.params), ctx)
     server = algorithm.init_server()

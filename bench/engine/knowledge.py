@@ -1,0 +1,62 @@
+"""Exchange of per-class statistics (DESIGN.md, engine item 4): prototypes and soft labels.
+
+A client summarises its data per class j as the mean feature h̄_j, the mean temperature-softened
+prediction q̄_j = mean softmax(z/T) and the count n_j (FedHKD Eq. 4, FedProto's prototypes); the
+server combines the clients' summaries class by class (FedHKD Eq. 9).
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+from torch import nn
+
+
+@dataclass
+class ClassStatistics:
+    features: torch.Tensor  # C x d, mean feature per class (zeros where count is 0)
+    soft: torch.Tensor  # C x C, mean softened prediction per class (zeros where count is 0)
+    counts: torch.Tensor  # C, samples per class (int64)
+
+    @property
+    def present(self) -> torch.Tensor:
+        return self.counts > 0
+
+
+@torch.no_grad()
+def class_statistics(model: nn.Module, x: torch.Tensor, y: torch.Tensor, num_classes: int,
+                     temperature: float = 1.0, batch_size: int = 1024) -> ClassStatistics:
+    """Per-class means of the features and of softmax(logits / T) over ``(x, y)``, in eval mode."""
+    was_training = model.training
+    model.eval()
+    feature_sum: torch.Tensor | None = None
+    soft_sum = torch.zeros(num_classes, num_classes, device=x.device)
+    for start in range(0, len(y), batch_size):
+        features, logits = model(x[start:start + batch_size])
+        onehot = nn.functional.one_hot(y[start:start + batch_size], num_classes).to(features.dtype)
+        if feature_sum is None:
+            feature_sum = torch.zeros(num_classes, features.shape[1], device=x.device)
+        feature_sum += onehot.T @ features
+        soft_sum += onehot.T @ torch.softmax(logits / temperature, dim=1)
+    model.train(was_training)
+    counts = torch.bincount(y, minlength=num_classes)
+    if feature_sum is None:  # no samples at all
+        raise ValueError("class_statistics needs at least one sample")
+    denom = counts.clamp(min=1).unsqueeze(1).to(feature_sum.dtype)
+    return ClassStatistics(feature_sum / denom, soft_sum / denom, counts)
+
+
+def aggregate_class_statistics(stats: Sequence[ClassStatistics],
+                               weighting: Literal["counts", "uniform"] = "counts") -> ClassStatistics:
+    """Class-wise combination over clients, in the given (client-id) order: weighted by each client's
+    class count (FedHKD Eq. 9) or the unweighted mean over the clients holding the class (original
+    FedProto). A class no client holds keeps zeros and count 0."""
+    counts = torch.stack([s.counts for s in stats])  # K x C
+    weights = counts.to(stats[0].features.dtype) if weighting == "counts" else (counts > 0).to(stats[0].features.dtype)
+    total = weights.sum(0)  # C
+    norm = torch.where(total > 0, total, torch.ones_like(total))
+    features = sum(w.unsqueeze(1) * s.features for w, s in zip(weights, stats)) / norm.unsqueeze(1)
+    soft = sum(w.unsqueeze(1) * s.soft for w, s in zip(weights, stats)) / norm.unsqueeze(1)
+    return ClassStatistics(features, soft, counts.sum(0))
