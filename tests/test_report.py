@@ -23,8 +23,8 @@ suite:
     training: {rounds: 3, local_epochs: 1, batch_size: 32, optimizer: {name: sgd, lr: 0.05}}
     tracking: {mlflow: false}
 settings:
-  iid: {scheme: iid}
-  dir0.5: {scheme: dirichlet, alpha: 0.5, mode: per_class, min_size: 10}
+  iid: {partition: {scheme: iid}}
+  dir0.5: {partition: {scheme: dirichlet, alpha: 0.5, mode: per_class, min_size: 10}}
 methods:
   fedavg: {}
   standalone: {}

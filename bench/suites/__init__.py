@@ -3,14 +3,16 @@
 A suite is described by a params file (the root ``params.yaml`` for the default suite,
 ``pipelines/<paper>/params.yaml`` for a paper) with this shape::
 
-    suite:    {name, dataset, seeds, jobs, base: <experiment config shared by every run>}
-    settings: {<setting>: <partition section>, ...}      # the columns of the tables
-    methods:  {<method>: {name: <algorithm, default: the key>, <hyperparameters>...}, ...}  # the rows
+    suite:    {name, seeds, jobs, base: <experiment config shared by every run>}
+    settings: {<setting>: <config overlay: partition, dataset, model, ...>, ...}   # table columns
+    methods:  {<method>: {name: <algorithm, default: the key>, <hyperparameters>...}, ...}  # rows
+    profile:  <optional: the name of one entry of `profiles`>
+    profiles: {<profile>: {suite: <deep-merged>, settings: <replaces>, methods: <replaces>}}
 
-A run is ``(method, setting, seed)``; its config is ``base`` with the setting's partition, the
-method's algorithm section and the seed merged in. Results live in
-``results/<suite>/<method>/<setting>/seed<seed>/`` and partitions in
-``partitions/<suite>/<setting>/``.
+A run is ``(method, setting, seed)``; its config is ``base`` deep-merged with the setting's overlay,
+the method's algorithm section and the seed. With a profile the suite is named
+``<name>-<profile>``. Results live in ``results/<suite>/<method>/<setting>/seed<seed>/`` and
+partitions in ``partitions/<suite>/<setting>/``, both under the params file's folder.
 """
 from __future__ import annotations
 
@@ -40,6 +42,8 @@ class SuiteParams(BaseModel):
     suite: SuiteSection
     settings: dict[str, dict[str, Any]] = Field(min_length=1)
     methods: dict[str, dict[str, Any]] = Field(min_length=1)
+    profile: str | None = None
+    profiles: dict[str, dict[str, Any]] = Field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -49,7 +53,8 @@ class Suite:
 
     @property
     def name(self) -> str:
-        return self.params.suite.name
+        profile = self.params.profile
+        return f"{self.params.suite.name}-{profile}" if profile else self.params.suite.name
 
     def results_dir(self, method: str | None = None) -> Path:
         base = self.root / "results" / self.name
@@ -67,8 +72,7 @@ class Suite:
             raise BenchError(f"suite {self.name} has no method {method!r}; methods: {', '.join(p.methods)}")
         if setting not in p.settings:
             raise BenchError(f"suite {self.name} has no setting {setting!r}; settings: {', '.join(p.settings)}")
-        raw = copy.deepcopy(p.suite.base)
-        raw.setdefault("partition", {}).update(p.settings[setting])
+        raw = deep_merge(p.suite.base, p.settings[setting])
         algorithm = dict(p.methods[method])
         algorithm.setdefault("name", method)
         raw["algorithm"] = algorithm
@@ -101,11 +105,28 @@ def load_suite(params_file: str | Path, root: str | Path | None = None,
         raise BenchError(f"suite params file {path} not found") from None
     except yaml.YAMLError as exc:
         raise BenchError(f"suite params file {path} is not valid YAML: {yaml_problem(exc)}") from None
-    raw = {k: raw[k] for k in ("suite", "settings", "methods") if k in raw}
     raw = apply_overrides(raw, overrides or [])
+    profile = raw.get("profile")
+    if profile is not None:
+        profiles = raw.get("profiles") or {}
+        if profile not in profiles:
+            raise BenchError(f"suite params file {path}: profile {profile!r} is not one of: "
+                             f"{', '.join(profiles) or 'none defined'}")
+        overlay = profiles[profile]
+        raw = {**raw, "suite": deep_merge(raw.get("suite", {}), overlay.get("suite", {})),
+               **{k: overlay[k] for k in ("settings", "methods") if k in overlay}}
     try:
         params = SuiteParams.model_validate(raw)
     except ValidationError as exc:
         raise BenchError(f"suite params file {path}: {describe_validation(exc)}") from None
     return Suite(params, Path(root) if root is not None else path.parent)
 
+
+
+def deep_merge(base: dict[str, Any], overlay: dict[str, Any]) -> dict[str, Any]:
+    """``base`` with ``overlay`` merged in, recursively for nested mappings (neither is modified)."""
+    out = copy.deepcopy(base)
+    for key, value in overlay.items():
+        out[key] = deep_merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) \
+            else copy.deepcopy(value)
+    return out
