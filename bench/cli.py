@@ -109,6 +109,22 @@ def _suite_partition(args: argparse.Namespace) -> int:
     return 0
 
 
+def _suite_figures(args: argparse.Namespace) -> int:
+    from bench.data import load_dataset
+    from bench.engine.federation import partition_for
+    from bench.report.partition_plots import plot_class_heatmap
+
+    suite = _suite(args)
+    out = args.out or suite.root / "reports" / suite.name / "paper-figures"
+    for figure in suite.params.figures:
+        config = suite.figure_config(figure)
+        partition = partition_for(config, load_dataset(config.dataset.name, args.data_dir), None)
+        print(plot_class_heatmap(partition, out / f"{figure}.png", title=f"{suite.name} {figure}: "
+                                 f"{config.dataset.name}, {partition.num_clients} clients, "
+                                 f"beta={partition.params.get('alpha')}"))
+    return 0
+
+
 def _suite_train(args: argparse.Namespace) -> int:
     from bench.engine.executor import run_many
 
@@ -205,6 +221,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     suite_command("partition", "write every setting's partition artifact", _suite_partition).add_argument(
         "--setting", action="append", help="only this setting (repeatable)")
+    suite_command("figures", "draw the suite's partition figures (client x class heatmaps)", _suite_figures
+                  ).add_argument("--out", type=Path, help="folder (default: <root>/reports/<suite>/paper-figures)")
     train = suite_command("train", "run every setting x seed of the given methods", _suite_train)
     train.add_argument("--method", action="append", help="only this method (repeatable; default: all)")
     train.add_argument("--jobs", type=int, default=None, help="parallel processes (default: suite.jobs)")

@@ -30,7 +30,9 @@ class RunRecord:
 
     @property
     def seconds_per_round(self) -> float:
-        return self.timing["wall_time_s"] / self.metrics["rounds"]
+        """Training time per round (timing.json ``train_time_s / rounds``): local training and
+        aggregation, without set-up and evaluation, which are the same for every method."""
+        return self.timing["train_time_s"] / self.metrics["rounds"]
 
     def curves(self) -> dict[str, list[float]]:
         """curves.csv as columns; an empty cell (round not evaluated) becomes NaN."""

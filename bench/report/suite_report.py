@@ -5,7 +5,7 @@ Writes to ``reports/<suite>/``:
 - ``summary.md`` / ``summary.csv``: method x setting; for global and local accuracy the final-round
   value, the mean of the last 5 rounds and (secondary, optimistic: it selects on the test set) the best
   over rounds, each as mean ± sample std over seeds; and the mean wall time per round
-  (``wall_time_s / rounds``) as a ratio to FedAvg.
+  (``train_time_s / rounds``) as a ratio to FedAvg.
 - ``metrics.json``: ``{method: {setting: {final_global_acc_mean: ..., ...}}}`` for ``dvc metrics show``.
 - ``plots/curves_<setting>.csv``: ``round`` and one column per method and metric (``fedavg_global_acc``),
   the mean over seeds (empty where not evaluated), for ``dvc plots show`` (dvc.yaml declares the folder).
@@ -15,6 +15,7 @@ Writes to ``reports/<suite>/``:
 from __future__ import annotations
 
 import csv
+import json
 import io
 from pathlib import Path
 
@@ -102,8 +103,9 @@ def summary_markdown(suite: Suite, table: dict, runs: dict[tuple[str, str, int],
     rows = [[m] + [f"{table[m][s]['seconds_per_round']:.3f}" for s in p.settings]
             + ([f"{np.mean([table[m][s]['time_vs_fedavg'] for s in p.settings]):.2f}"] if ref else [])
             for m in p.methods]
-    parts += ["## Wall time per round",
-              "Mean over seeds of `wall_time_s / rounds` (timing.json: setup, training and evaluation)"
+    parts += ["## Training time per round",
+              "Mean over seeds of `train_time_s / rounds` (timing.json: local training and aggregation; set-up "
+              "and evaluation excluded)"
               + (f"; the last column is the mean over settings of the ratio to `{ref}`." if ref else "."),
               _markdown_table(header, rows), "## Plots"]
     parts += [f"![{Path(image).stem}]({image})" for image in images]
@@ -195,4 +197,11 @@ def write_report(suite: Suite, out: Path | None = None) -> list[Path]:
     written += partition_figures(suite, out / "figures")
     images = [str(p.relative_to(out)) for p in written if p.suffix == ".png"]
     written.append(write_text(out / "summary.md", summary_markdown(suite, table, runs, images)))
+    if suite.params.suite.paper:
+        from bench.report.paper_report import paper_markdown
+        from bench.report.pinned import default_pinned_path
+
+        pinned_path = default_pinned_path(suite.params_file, suite.name) if suite.params_file else None
+        pinned = json.loads(pinned_path.read_text()) if pinned_path and pinned_path.exists() else None
+        written.append(write_text(out / "paper.md", paper_markdown(suite, table, pinned)))
     return written

@@ -7,7 +7,8 @@ A suite is described by a params file (the root ``params.yaml`` for the default 
     settings: {<setting>: <config overlay: partition, dataset, model, ...>, ...}   # table columns
     methods:  {<method>: {name: <algorithm, default: the key>, <hyperparameters>...}, ...}  # rows
     profile:  <optional: the name of one entry of `profiles`>
-    profiles: {<profile>: {suite: <deep-merged>, settings: <replaces>, methods: <replaces>}}
+    figures:  {<figure>: <config overlay of a partition to draw>, ...}              # optional
+    profiles: {<profile>: {suite: <deep-merged>, settings/methods/figures: <replace>}}
 
 A run is ``(method, setting, seed)``; its config is ``base`` deep-merged with the setting's overlay,
 the method's algorithm section and the seed. With a profile the suite is named
@@ -32,6 +33,7 @@ from bench.errors import BenchError
 class SuiteSection(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     name: str
+    paper: str | None = Field(None, description="the paper module in bench/suites/ whose tables this suite makes")
     seeds: list[int] = Field(min_length=1)
     jobs: int = Field(2, ge=1, description="parallel single-threaded run processes")
     base: dict[str, Any] = Field(default_factory=dict)
@@ -42,6 +44,7 @@ class SuiteParams(BaseModel):
     suite: SuiteSection
     settings: dict[str, dict[str, Any]] = Field(min_length=1)
     methods: dict[str, dict[str, Any]] = Field(min_length=1)
+    figures: dict[str, dict[str, Any]] = Field(default_factory=dict)  # name -> config overlay of a partition figure
     profile: str | None = None
     profiles: dict[str, dict[str, Any]] = Field(default_factory=dict)
 
@@ -50,6 +53,7 @@ class SuiteParams(BaseModel):
 class Suite:
     params: SuiteParams
     root: Path  # folder results/ and partitions/ are relative to
+    params_file: Path | None = None
 
     @property
     def name(self) -> str:
@@ -90,6 +94,15 @@ class Suite:
                            else None)
                 for setting in self.params.settings for seed in self.params.suite.seeds]
 
+    def figure_config(self, figure: str) -> ExperimentConfig:
+        """The config whose dataset and partition make one of the paper's partition figures."""
+        raw = deep_merge(self.params.suite.base, self.params.figures[figure])
+        raw.pop("public", None)  # a figure draws the partition only
+        try:
+            return build_config(raw)
+        except BenchError as exc:
+            raise BenchError(f"suite {self.name}, figure {figure}: {exc}") from None
+
     def partition_config(self, setting: str) -> ExperimentConfig:
         """The config whose dataset and partition make this setting's partition (any method will do)."""
         return self.config(next(iter(self.params.methods)), setting, self.params.suite.seeds[0])
@@ -114,12 +127,12 @@ def load_suite(params_file: str | Path, root: str | Path | None = None,
                              f"{', '.join(profiles) or 'none defined'}")
         overlay = profiles[profile]
         raw = {**raw, "suite": deep_merge(raw.get("suite", {}), overlay.get("suite", {})),
-               **{k: overlay[k] for k in ("settings", "methods") if k in overlay}}
+               **{k: overlay[k] for k in ("settings", "methods", "figures") if k in overlay}}
     try:
         params = SuiteParams.model_validate(raw)
     except ValidationError as exc:
         raise BenchError(f"suite params file {path}: {describe_validation(exc)}") from None
-    return Suite(params, Path(root) if root is not None else path.parent)
+    return Suite(params, Path(root) if root is not None else path.parent, path)
 
 
 
