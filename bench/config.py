@@ -226,14 +226,19 @@ def yaml_problem(exc: yaml.YAMLError) -> str:
     return f"{getattr(exc, 'problem', None) or type(exc).__name__}{where}"
 
 
-def load_config(path: str | Path, overrides: list[str] | None = None) -> ExperimentConfig:
+def read_yaml_mapping(path: str | Path, what: str = "config file") -> dict[str, Any]:
+    """A YAML file holding a mapping; a missing file, bad YAML or another top-level type is a BenchError."""
     path = Path(path)
     try:
         raw = yaml.safe_load(path.read_text()) or {}
     except FileNotFoundError:
-        raise BenchError(f"config file {path} not found") from None
+        raise BenchError(f"{what} {path} not found") from None
     except yaml.YAMLError as exc:
-        raise BenchError(f"config file {path} is not valid YAML: {yaml_problem(exc)}") from None
+        raise BenchError(f"{what} {path} is not valid YAML: {yaml_problem(exc)}") from None
     if not isinstance(raw, dict):
-        raise BenchError(f"config file {path} must hold a mapping of sections, got {type(raw).__name__}")
-    return build_config(raw, overrides)
+        raise BenchError(f"{what} {path} must hold a mapping of sections, got {type(raw).__name__}")
+    return raw
+
+
+def load_config(path: str | Path, overrides: list[str] | None = None) -> ExperimentConfig:
+    return build_config(read_yaml_mapping(path), overrides)

@@ -22,10 +22,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from bench.config import ExperimentConfig, apply_overrides, build_config, describe_validation, yaml_problem
+from bench.config import ExperimentConfig, apply_overrides, build_config, describe_validation, read_yaml_mapping
 from bench.engine.executor import RunRequest
 from bench.errors import BenchError
 
@@ -112,13 +111,7 @@ def load_suite(params_file: str | Path, root: str | Path | None = None,
                overrides: list[str] | None = None) -> Suite:
     """Read a suite's params file; ``root`` (default: the file's folder) holds results/ and partitions/."""
     path = Path(params_file)
-    try:
-        raw = yaml.safe_load(path.read_text()) or {}
-    except FileNotFoundError:
-        raise BenchError(f"suite params file {path} not found") from None
-    except yaml.YAMLError as exc:
-        raise BenchError(f"suite params file {path} is not valid YAML: {yaml_problem(exc)}") from None
-    raw = apply_overrides(raw, overrides or [])
+    raw = apply_overrides(read_yaml_mapping(path, "suite params file"), overrides or [])
     profile = raw.get("profile")
     if profile is not None:
         profiles = raw.get("profiles") or {}
