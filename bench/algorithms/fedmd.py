@@ -50,7 +50,8 @@ def distillation_loss(logits: torch.Tensor, consensus: torch.Tensor, temperature
     """D(Q(z, T), C): KL(C ‖ Q) batch mean (paper), or the code's −KLDivLoss(Q, C) on probabilities."""
     if mode == "paper":
         return F.kl_div(F.log_softmax(logits / temperature, dim=1), consensus, reduction="batchmean")
-    return -F.kl_div(F.softmax(logits / temperature, dim=1), consensus, reduction="mean")
+    # KLDivLoss()'s element-wise mean, written out (torch deprecates reduction="mean" for kl_div)
+    return -(torch.xlogy(consensus, consensus) - consensus * F.softmax(logits / temperature, dim=1)).mean()
 
 
 def num_batches(n: int, batch_size: int, drop_last: bool) -> int:
