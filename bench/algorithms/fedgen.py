@@ -1,0 +1,188 @@
+"""FedGen — Zhu, Hong, Zhou, "Data-free knowledge distillation for heterogeneous federated learning",
+ICML 2021, as the FedHKD paper runs it (specs/fedhkd.md §4 "FedGen", §5.5; context: specs/dafkd.md §2.4).
+
+Server, every round after local training and before the FedAvg step (:class:`ParameterAveraging`):
+train the conditional feature generator G_w(ε, y) (``fedgen_generator``: [ε ~ U(0,1)^64 ; onehot(y)] →
+Linear(→512) → BN → ReLU → Linear(→d), d = the classifier's ``feature_dim``) for ``generator_epochs`` ×
+``teacher_iters`` Adam steps (lr 3e-4 · 0.98^(t−1) in round t, weight decay 1e-2, state kept across
+rounds). Each step draws ``server_batch_size`` labels uniformly from the qualified labels and minimises
+
+    teacher_weight · Σ_u mean_b[w_{y_b,u} · CE(G_ω^u(G_w(ε_b, y_b)), y_b)] + diversity_weight · L_div,
+
+with G_ω^u client u's uploaded classifier head, w_{y,u} = c_{u,y} / Σ_{u'} c_{u',y} and
+L_div = exp(−mean_{b,b'}(mean_k (ε_b − ε_b')² · mean_k |h_b − h_b'|)) (no adversarial student term).
+
+Client, from round 2 (round 1 is CE only), per batch (x, y) of size B, generator frozen in eval mode:
+
+    CE(x, y) + (B_gen/B)·α_t·CE(G_ω(G_w(ε, ŷ)), ŷ) + β_t·KL(softmax(G_ω(G_w(ε, y))) ‖ softmax(logits(x)))
+
+with ŷ ~ U{0..n−1} of size B_gen = 32, the KL "batchmean" and its target detached, and
+α_t = β_t = max(1e-4, 10·0.98^(t−1)) in 1-based round t (the spec's 0-indexed t).
+
+Readings (FedGen's code where the spec is silent, as specs/dafkd.md §2.4 records it):
+* label counts c_{u,y} start at 1 for every label and add the labels of every batch the client trained
+  on this round (all local epochs); "qualified" labels are those with max_u c_{u,y} > 1;
+* the teacher heads are the selected clients' classifiers after local training, applied with their
+  uploaded parameters; the generator's gradient alone is computed (the heads stay untouched);
+* B is ``training.batch_size`` (gen_ratio = 32/64 = 0.5 at the paper's batch 64); the server's batch
+  is 64 (FedGen trains its generator at the clients' batch size);
+* the generator is the classifier's latent generator: every bench model exposes its head G_ω as
+  ``classifier`` and its latent size as ``feature_dim``.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from pydantic import Field
+from torch import nn
+from torch.func import functional_call
+
+from bench.algorithms import register_algorithm
+from bench.algorithms.base import AveragingParams, ParameterAveraging
+from bench.engine.rng import torch_stream
+from bench.engine.state import Client, Server, Update
+from bench.errors import BenchError
+from bench.models import build_model
+
+HEAD = "classifier"  # the attribute holding G_ω on every bench classifier
+MIN_KD_WEIGHT = 1e-4  # FedGen's floor on the decayed α_t, β_t
+
+
+class FedGenParams(AveragingParams):
+    noise_dim: int = Field(64, ge=1, description="generator noise dimension (FedGen default)")
+    hidden: int = Field(512, ge=1, description="generator hidden width")
+    generator_lr: float = Field(3e-4, gt=0, description="server Adam learning rate of the generator")
+    generator_weight_decay: float = Field(1e-2, ge=0)
+    generator_lr_decay: float = Field(0.98, gt=0, le=1, description="ExponentialLR factor per round")
+    generator_epochs: int = Field(5, ge=1, description="generator epochs per round")
+    teacher_iters: int = Field(5, ge=1, description="Adam steps per generator epoch")
+    server_batch_size: int = Field(64, ge=2, description="labels per generator step")
+    teacher_weight: float = Field(1.0, ge=0, description="weight of the teacher loss (FedGen ensemble_alpha)")
+    diversity_weight: float = Field(1.0, ge=0, description="weight of the diversity loss (FedGen ensemble_eta)")
+    gen_batch_size: int = Field(32, ge=1, description="generated latents per client step, B_gen")
+    alpha: float = Field(10.0, ge=0, description="initial α (generated-latent CE weight)")
+    beta: float = Field(10.0, ge=0, description="initial β (latent KL weight)")
+    kd_decay: float = Field(0.98, gt=0, le=1, description="per-round decay of α and β")
+
+
+def kd_weight(initial: float, decay: float, round_index: int) -> float:
+    """α_t or β_t in 1-based ``round_index``: max(1e-4, initial · decay^(t−1))."""
+    return max(MIN_KD_WEIGHT, initial * decay ** (round_index - 1))
+
+
+def label_weights(counts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """From label counts (users × classes, each starting at 1): the weights w_{y,u} (classes × users)
+    and the qualified labels (max over users > 1)."""
+    return (counts / counts.sum(0, keepdim=True)).T, torch.nonzero(counts.max(0).values > 1).flatten()
+
+
+def diversity_loss(noise: torch.Tensor, latents: torch.Tensor) -> torch.Tensor:
+    """exp(−mean_{b,b'}(mean_k (ε_b − ε_b')² · mean_k |h_b − h_b'|)) (FedGen ``DiversityLoss``, l1)."""
+    noise_dist = (noise[None] - noise[:, None]).pow(2).mean(2)
+    latent_dist = (latents[None] - latents[:, None]).abs().mean(2)
+    return torch.exp(-(noise_dist * latent_dist).mean())
+
+
+def teacher_loss(head: nn.Module, head_states: list[dict[str, torch.Tensor]], latents: torch.Tensor,
+                 y: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    """Σ_u mean_b[w_{y_b,u} · CE(G_ω^u(h_b), y_b)], with ``head`` run on each user's parameters."""
+    return sum((F.cross_entropy(functional_call(head, state, (latents,)), y, reduction="none")
+                * weights[y, u]).mean() for u, state in enumerate(head_states))
+
+
+@register_algorithm("fedgen")
+class FedGen(ParameterAveraging):
+    Params = FedGenParams
+    params: FedGenParams
+
+    def _build_generator(self, feature_dim: int) -> nn.Module:
+        p = self.params
+        return build_model("fedgen_generator", (feature_dim,), self.ctx.num_classes, seed=self.ctx.seed,
+                           key=("init", "generator"), noise_dim=p.noise_dim, hidden=p.hidden).to(self.ctx.device)
+
+    def resident_parameters(self, model: nn.Module) -> int:
+        """The client model plus the (frozen) generator it samples latents from."""
+        generator = self._build_generator(model.feature_dim)
+        return super().resident_parameters(model) + sum(p.numel() for p in generator.parameters())
+
+    def init_server(self) -> Server:
+        server = super().init_server()
+        if not isinstance(getattr(server.model, HEAD, None), nn.Module) or not hasattr(server.model, "feature_dim"):
+            raise BenchError(f"fedgen needs a model with a `{HEAD}` head and a `feature_dim`; "
+                             f"{self.ctx.config.model.name!r} has none")
+        generator = self._build_generator(server.model.feature_dim)
+        p = self.params
+        server.extra["generator"] = generator
+        server.extra["generator_optimizer"] = torch.optim.Adam(generator.parameters(), lr=p.generator_lr,
+                                                               weight_decay=p.generator_weight_decay)
+        return server
+
+    # -- client ---------------------------------------------------------------------------------
+
+    def broadcast(self, server: Server, client: Client) -> None:
+        super().broadcast(server, client)
+        client.extra["generator"] = server.extra["generator"]
+
+    def local_update(self, round_index: int, server: Server, client: Client) -> tuple[Update, float]:
+        client.extra["generator"].eval()
+        client.extra.update(round=round_index, label_counts=torch.ones(self.ctx.num_classes, device=self.ctx.device),
+                            rng=torch_stream(self.ctx.seed, "fedgen-client", client.cid, round_index))
+        update, loss = super().local_update(round_index, server, client)
+        update.extra["label_counts"] = client.extra["label_counts"]
+        return update, loss
+
+    def _latents(self, generator: nn.Module, y: torch.Tensor, rng: torch.Generator) -> torch.Tensor:
+        noise = torch.rand(len(y), generator.noise_dim, generator=rng).to(self.ctx.device)
+        return generator(noise, y)
+
+    def local_loss(self, client: Client, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        client.extra["label_counts"] += torch.bincount(y, minlength=self.ctx.num_classes)
+        _, logits = client.model(x)
+        loss = F.cross_entropy(logits, y)
+        t = client.extra["round"]
+        if t == 1:
+            return loss
+        p, generator, rng = self.params, client.extra["generator"], client.extra["rng"]
+        head = getattr(client.model, HEAD)
+        with torch.no_grad():
+            target = F.softmax(head(self._latents(generator, y, rng)), dim=1)
+            y_gen = torch.randint(self.ctx.num_classes, (p.gen_batch_size,), generator=rng).to(self.ctx.device)
+            latents = self._latents(generator, y_gen, rng)
+        latent_kl = F.kl_div(F.log_softmax(logits, dim=1), target, reduction="batchmean")
+        gen_ce = F.cross_entropy(head(latents), y_gen)
+        gen_ratio = p.gen_batch_size / self.ctx.config.training.batch_size
+        return (loss + gen_ratio * kd_weight(p.alpha, p.kd_decay, t) * gen_ce
+                + kd_weight(p.beta, p.kd_decay, t) * latent_kl)
+
+    # -- server ---------------------------------------------------------------------------------
+
+    def aggregate(self, round_index: int, server: Server, updates: list[Update]) -> None:
+        self.train_generator(round_index, server, updates)
+        super().aggregate(round_index, server, updates)
+
+    def train_generator(self, round_index: int, server: Server, updates: list[Update]) -> None:
+        """``generator_epochs`` × ``teacher_iters`` Adam steps on the teacher and diversity losses."""
+        p = self.params
+        assert server.model is not None
+        generator, optimizer = server.extra["generator"], server.extra["generator_optimizer"]
+        for group in optimizer.param_groups:
+            group["lr"] = p.generator_lr * p.generator_lr_decay ** (round_index - 1)
+        weights, qualified = label_weights(torch.stack([u.extra["label_counts"] for u in updates]))
+        prefix = f"{HEAD}."
+        head_states = [{k[len(prefix):]: v for k, v in u.state.items() if k.startswith(prefix)} for u in updates]
+        head = getattr(server.model, HEAD)
+        head_was_training = head.training
+        head.eval()
+        generator.train()
+        rng = torch_stream(self.ctx.seed, "fedgen-server", round_index)
+        params = list(generator.parameters())
+        for _ in range(p.generator_epochs * p.teacher_iters):
+            y = qualified[torch.randint(len(qualified), (p.server_batch_size,), generator=rng).to(qualified.device)]
+            noise = torch.rand(len(y), generator.noise_dim, generator=rng).to(self.ctx.device)
+            latents = generator(noise, y)
+            loss = (p.teacher_weight * teacher_loss(head, head_states, latents, y, weights)
+                    + p.diversity_weight * diversity_loss(noise, latents))
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward(inputs=params)
+            optimizer.step()
+        head.train(head_was_training)
