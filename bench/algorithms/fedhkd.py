@@ -2,8 +2,8 @@
 Models through Federated Learning with Data-Free Hyper-Knowledge Distillation" (specs/fedhkd.md).
 
 FedAvg plus hyper-knowledge. After local training each client computes, per class j, the mean
-latent h̄_i^j and the mean tempered prediction q̄_i^j = mean softmax(G(h)/T) over its whole train set
-in eval mode (Eq. 4, §3.1), adds Gaussian DP noise of std σ·2ζ/N_i^j per element to h̄ only (Eq. 7,
+latent h̄_i^j and the mean tempered prediction q̄_i^j = mean softmax(G(h)/T) over its whole train
+set in eval mode (Eq. 4, §3.1), adds Gaussian DP noise of std σ·2ζ/N_i^j per element to h̄ only (Eq. 7,
 §3.3) and uploads (h̃, q̄, N_i^j). The server FedAvg-aggregates the models (Eq. 1) and combines the
 knowledge class-wise with weights N_i^j/N^j (Eq. 9, §3.4). The local objective (Eq. 11, §3.5) is
 
@@ -31,6 +31,7 @@ term averages over the mini-batch; missing classes are dropped with the literal 
     weighting   samples     uniform       A7 FedAvg weights N_i, or the unweighted mean
     nu_mode     none        none          A1
 
+λ, γ, T, σ, ζ, ν keep the paper's values in both modes (the 2022 scripts used λ = γ = 0.1, §3.9).
 The code's other differences live in the run config, not here: constant lr (A6,
 ``training.lr_decay.every: null`` vs 10), clipping 1.1 (A11, ``training.grad_clip``), ``drop_last``
 loaders and its partition (A8). Not replicated: the code's extraction over a ``drop_last`` shuffled
