@@ -60,3 +60,36 @@ def aggregate_class_statistics(stats: Sequence[ClassStatistics],
     features = sum(w.unsqueeze(1) * s.features for w, s in zip(weights, stats)) / norm.unsqueeze(1)
     soft = sum(w.unsqueeze(1) * s.soft for w, s in zip(weights, stats)) / norm.unsqueeze(1)
     return ClassStatistics(features, soft, counts.sum(0))
+
+
+def last_writer_class_statistics(stats: Sequence[ClassStatistics],
+                                 previous: ClassStatistics | None = None) -> ClassStatistics:
+    """Class-wise "last writer wins" over ``stats`` in the given order, starting from ``previous``:
+    each class takes the statistics of the last client holding it, and a class no client holds keeps
+    its previous value. This is ``dict.update`` per client, as FedHKD's released code aggregates
+    (specs/fedhkd.md §3.4 [C], §3.9)."""
+    features, soft, counts = ((previous.features.clone(), previous.soft.clone(), previous.counts.clone())
+                              if previous is not None else
+                              (torch.zeros_like(stats[0].features), torch.zeros_like(stats[0].soft),
+                               torch.zeros_like(stats[0].counts)))
+    for s in stats:
+        held = s.present
+        features[held], soft[held], counts[held] = s.features[held], s.soft[held], s.counts[held]
+    return ClassStatistics(features, soft, counts)
+
+
+def feature_alignment(features: torch.Tensor, labels: torch.Tensor, centres: ClassStatistics,
+                      distance: Literal["l2", "sq_l2", "mse"],
+                      normalise: Literal["batch", "present"] = "batch") -> torch.Tensor:
+    """Pull each feature h_k towards its class centre C^{y_k} (FedHKD Eq. 11 term 3, FedProto):
+    Σ_k dist(h_k, C^{y_k}) / B, with dist the Euclidean norm (``l2``), its square (``sq_l2``) or the
+    squared norm over d (``mse``). Samples whose class has no centre contribute 0; ``normalise:
+    present`` divides by their count instead of the batch size B."""
+    valid = centres.present[labels]
+    diff = features[valid] - centres.features[labels[valid]]
+    if distance == "l2":
+        per_sample = torch.linalg.vector_norm(diff, dim=1)
+    else:
+        per_sample = diff.pow(2).sum(1) / (diff.shape[1] if distance == "mse" else 1)
+    denom = len(labels) if normalise == "batch" else max(int(valid.sum()), 1)
+    return per_sample.sum() / denom

@@ -1,0 +1,251 @@
+"""FedHKD (specs/fedhkd.md §3, §8) and FedProto as FedHKD adapts it (§4), checked by hand."""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from scipy.stats import norm
+from torch import nn
+
+from bench.algorithms import Algorithm, get_algorithm
+from bench.algorithms.fedhkd import classifier_distillation, dp_noise_std, gaussian_sigma_threshold
+from bench.engine.context import Context
+from bench.engine.federation import run_federation
+from bench.engine.knowledge import ClassStatistics, feature_alignment, last_writer_class_statistics
+from bench.engine.rng import numpy_stream
+from bench.engine.state import Client, ClientData, Server, Update
+from bench.errors import BenchError
+from tests.conftest import small_config
+
+T = 0.5
+
+
+class Tiny(nn.Module):
+    """features = x, logits = classifier(x) with a fixed bias-free weight (hand-checkable)."""
+
+    def __init__(self, weight: torch.Tensor) -> None:
+        super().__init__()
+        self.classifier = nn.Linear(weight.shape[1], weight.shape[0], bias=False)
+        self.classifier.weight.data.copy_(weight)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return x, self.classifier(x)
+
+
+W = torch.tensor([[1.0, 0.0], [0.0, 2.0], [1.0, -1.0]])  # 3 classes, d = 2
+
+
+def _algorithm(name: str = "fedhkd", num_classes: int = 3, in_dim: int = 2, **params: Any) -> Algorithm:
+    cfg = small_config(algorithm={"name": name, **params})
+    cls = get_algorithm(name)
+    ctx = Context(cfg, (in_dim,), num_classes, torch.device("cpu"))
+    return cls(cls.Params.model_validate(cfg.algorithm.params), ctx)
+
+
+def _client(model: nn.Module, x: torch.Tensor, y: torch.Tensor, knowledge: ClassStatistics | None = None) -> Client:
+    client = Client(0, ClientData(x, y, x[:0], y[:0]), model)
+    client.extra["knowledge"] = client.extra["prototypes"] = knowledge
+    return client
+
+
+def _stats(features: list[list[float]], counts: list[int], soft: list[list[float]] | None = None) -> ClassStatistics:
+    f = torch.tensor(features)
+    q = torch.zeros(len(f), len(f)) if soft is None else torch.tensor(soft, dtype=torch.float32)
+    return ClassStatistics(f, q, torch.tensor(counts))
+
+
+# -- hyper-knowledge (§3.1, §3.2) ---------------------------------------------------------------
+
+def test_hyper_knowledge_is_per_class_means_and_tempered_soft_predictions() -> None:
+    x = torch.tensor([[1.0, 0.0], [3.0, 2.0], [2.0, 2.0], [0.0, 1.0], [0.0, 4.0]])
+    y = torch.tensor([0, 0, 0, 0, 2])
+    hkd = _algorithm(noise="none")
+    k = hkd.local_knowledge(_client(Tiny(W), x, y), round_index=1)
+    torch.testing.assert_close(k.features, torch.tensor([[1.5, 1.25], [0.0, 0.0], [0.0, 4.0]]))
+    soft0 = sum(torch.softmax(W @ xi / T, 0) for xi in x[:4]) / 4  # mean of softmaxes, not softmax of mean
+    torch.testing.assert_close(k.soft[0], soft0)
+    torch.testing.assert_close(k.soft[2], torch.softmax(W @ x[4] / T, 0))
+    assert k.counts.tolist() == [4, 0, 1]
+    # nu_mode fraction: class 2 holds 1/5 = 0.2 < ν = 0.25, so it is not shared
+    k = _algorithm(noise="none", nu_mode="fraction").local_knowledge(_client(Tiny(W), x, y), 1)
+    assert k.counts.tolist() == [4, 0, 0] and k.features[2].abs().sum() == 0
+
+
+# -- differential privacy (§3.3, §8) ------------------------------------------------------------
+
+def test_privacy_numbers_of_section_8() -> None:
+    assert round(2 * norm.cdf(3) - 1, 4) == 0.9973  # ζ = 3 covers a BN output with prob. 99.73%
+    assert round(gaussian_sigma_threshold(epsilon=0.5, delta=0.01), 3) == 6.215
+    var = dp_noise_std(7, 3, torch.tensor(256)) ** 2
+    assert round(float(var), 4) == 0.0269 and math.isclose(float(var), (6 / 256) ** 2 * 49, rel_tol=1e-6)
+    torch.testing.assert_close(dp_noise_std(7, 3, torch.tensor([500, 50, 5])), torch.tensor([0.084, 0.84, 8.4]))
+
+
+def test_noise_scale_per_element_on_features_only() -> None:
+    d = 20_000
+    x = torch.ones(48, d)
+    y = torch.tensor([0] * 42 + [1] * 6)
+    clean = _algorithm(in_dim=d, noise="none").local_knowledge(_client(Tiny(torch.zeros(3, d)), x, y), 1)
+    paper = _algorithm(in_dim=d).local_knowledge(_client(Tiny(torch.zeros(3, d)), x, y), 1)
+    noise = paper.features - clean.features
+    assert abs(noise[0].std().item() - 42 / 42) < 0.03 and abs(noise[1].std().item() - 42 / 6) < 0.2
+    assert noise[2].abs().sum() == 0  # class not held: nothing shared
+    torch.testing.assert_close(paper.soft, clean.soft, rtol=0, atol=0)  # q̄ is not noised
+    const = _algorithm(in_dim=d, noise="const").local_knowledge(_client(Tiny(torch.zeros(3, d)), x, y), 1)
+    noise = const.features - clean.features
+    assert torch.equal(noise[0], noise[1]) and abs(noise[0].std().item() - 2.0) < 0.05  # code: one vector, std 2
+
+
+# -- server aggregation (§3.4, Eq. 9) -----------------------------------------------------------
+
+def _aggregate(hkd: Algorithm, round_index: int, local: list[ClassStatistics], previous: ClassStatistics | None = None
+               ) -> ClassStatistics:
+    server = Server(model=Tiny(W), extra={"knowledge": previous})
+    state = server.model.state_dict()
+    hkd.aggregate(round_index, server, [Update(i, 10, state, {"knowledge": k}) for i, k in enumerate(local)])
+    return server.extra["knowledge"]
+
+
+A = _stats([[1.0, 0.0], [0.0, 0.0], [2.0, 2.0]], [1, 0, 2], [[1, 0, 0], [0, 0, 0], [0, 0, 1]])
+B = _stats([[4.0, 0.0], [0.0, 2.0], [0.0, 0.0]], [3, 5, 0], [[0, 1, 0], [0, 1, 0], [0, 0, 0]])
+OLD = _stats([[9.0, 9.0]] * 3, [7, 7, 7], [[1 / 3] * 3] * 3)
+
+
+def test_weighted_aggregation_by_hand() -> None:
+    k = _aggregate(_algorithm(), 2, [A, B], previous=OLD)  # recomputed from scratch: OLD plays no part
+    torch.testing.assert_close(k.features, torch.tensor([[13 / 4, 0.0], [0.0, 2.0], [2.0, 2.0]]))
+    torch.testing.assert_close(k.soft[0], torch.tensor([0.25, 0.75, 0.0]))
+    assert k.counts.tolist() == [4, 5, 2]
+    empty = _aggregate(_algorithm(), 2, [_stats([[1.0, 1.0]] * 3, [0, 0, 0])])
+    assert not empty.present.any()  # nobody shares: 𝒦^j = ∅
+
+
+def test_last_writer_aggregation_by_hand() -> None:
+    k = last_writer_class_statistics([A, B], previous=OLD)
+    torch.testing.assert_close(k.features, torch.tensor([[4.0, 0.0], [0.0, 2.0], [2.0, 2.0]]))
+    k = last_writer_class_statistics([B, A])  # no previous: a class nobody holds stays empty
+    torch.testing.assert_close(k.features, torch.tensor([[1.0, 0.0], [0.0, 2.0], [2.0, 2.0]]))
+    k = last_writer_class_statistics([_stats([[5.0, 5.0], [0, 0], [0, 0]], [1, 0, 0])], previous=OLD)
+    torch.testing.assert_close(k.features[1:], OLD.features[1:])  # persists across rounds
+    # code mode: the order is the round's seeded random permutation of the clients
+    code = _algorithm(mode="code")
+    order = numpy_stream(code.ctx.seed, "hk-order", 4).permutation(2).tolist()
+    expected = last_writer_class_statistics([[A, B][i] for i in order], previous=OLD)
+    k = _aggregate(code, 4, [A, B], previous=OLD)
+    torch.testing.assert_close(k.features, expected.features)
+    torch.testing.assert_close(k.soft, expected.soft)
+
+
+# -- local objective (§3.5, Eq. 11) -------------------------------------------------------------
+
+H = _stats([[1.0, 0.0], [0.0, 0.0], [0.0, 1.0]], [2, 0, 3], [[0.7, 0.2, 0.1], [0.0, 0.0, 0.0], [0.1, 0.1, 0.8]])
+
+
+@pytest.mark.filterwarnings("ignore:reduction. 'mean' divides")
+def test_classifier_distillation_by_hand() -> None:
+    classifier = Tiny(W).classifier
+    p0, p2 = torch.softmax(torch.tensor([1.0, 0.0, 1.0]) / T, 0), torch.softmax(torch.tensor([0.0, 2.0, -1.0]) / T, 0)
+    l2 = (torch.linalg.vector_norm(p0 - H.soft[0]) + torch.linalg.vector_norm(p2 - H.soft[2])).item()
+    assert math.isclose(classifier_distillation(classifier, H, T, "l2", "classes").item(), l2 / 3, rel_tol=1e-6)
+    assert math.isclose(classifier_distillation(classifier, H, T, "l2", "present").item(), l2 / 2, rel_tol=1e-6)
+    kl = sum(float((q * (q / p).log()).sum()) for p, q in ((p0, H.soft[0]), (p2, H.soft[2])))
+    code = nn.KLDivLoss()(torch.log(torch.stack([p0, p2])), H.soft[[0, 2]]).item()  # the released code's loss2
+    got = classifier_distillation(classifier, H, T, "kl", "present").item()
+    assert math.isclose(got, kl / (2 * 3), rel_tol=1e-5) and math.isclose(got, code, rel_tol=1e-5)
+
+
+def test_feature_term_by_hand() -> None:
+    h = torch.tensor([[1.0, 1.0], [2.0, 0.0], [0.0, 0.0]])
+    y = torch.tensor([0, 1, 2])  # class 1 has no global knowledge
+    assert math.isclose(feature_alignment(h, y, H, "l2").item(), (1 + 0 + 1) / 3, rel_tol=1e-6)
+    assert math.isclose(feature_alignment(h, y, H, "l2", "present").item(), 1.0, rel_tol=1e-6)
+    assert math.isclose(feature_alignment(h, y, H, "sq_l2").item(), 2 / 3, rel_tol=1e-6)
+    target = h.clone()
+    target[[0, 2]] = H.features[[0, 2]]  # the code's target: h itself where the class is missing
+    code = nn.MSELoss()(h, target).item()
+    assert math.isclose(feature_alignment(h, y, H, "mse").item(), code, rel_tol=1e-6)
+
+
+def test_local_loss_terms_and_fedhkd_star() -> None:
+    x = torch.tensor([[1.0, 1.0], [2.0, 0.0], [0.0, 0.0]])
+    y = torch.tensor([0, 1, 2])
+    ce = nn.functional.cross_entropy(x @ W.T, y)
+    kd = classifier_distillation(Tiny(W).classifier, H, T, "l2", "classes")
+    feat = feature_alignment(x, y, H, "l2")
+    full = _algorithm().local_loss(_client(Tiny(W), x, y, H), x, y)
+    torch.testing.assert_close(full, ce + 0.05 * kd + 0.05 * feat)
+    star = _algorithm(gamma=0).local_loss(_client(Tiny(W), x, y, H), x, y)
+    assert torch.equal(star, ce + 0.05 * kd)  # γ = 0 removes the feature term exactly
+    assert torch.equal(_algorithm().local_loss(_client(Tiny(W), x, y, None), x, y), ce)  # round 1: plain CE
+
+
+# -- FedProto (§4) ------------------------------------------------------------------------------
+
+def test_fedproto_prototypes_and_loss_by_hand() -> None:
+    proto = _algorithm("fedproto")
+    server = Server(model=Tiny(W))
+    state = server.model.state_dict()
+    proto.aggregate(2, server, [Update(0, 10, state, {"prototypes": A}), Update(1, 10, state, {"prototypes": B})])
+    c = server.extra["prototypes"]
+    torch.testing.assert_close(c.features, torch.tensor([[13 / 4, 0.0], [0.0, 2.0], [2.0, 2.0]]))
+    uniform = _algorithm("fedproto", proto_agg="uniform")
+    uniform.aggregate(2, server, [Update(0, 10, state, {"prototypes": A}), Update(1, 10, state, {"prototypes": B})])
+    torch.testing.assert_close(server.extra["prototypes"].features[0], torch.tensor([2.5, 0.0]))
+
+    x = torch.tensor([[1.0, 1.0], [2.0, 0.0], [0.0, 0.0]])
+    y = torch.tensor([0, 1, 2])
+    ce = nn.functional.cross_entropy(x @ W.T, y)
+    by_hand = ((x - c.features[y]) ** 2).sum(1).mean()  # (1/B)Σ‖h − C^y‖²
+    torch.testing.assert_close(proto.local_loss(_client(Tiny(W), x, y, c), x, y), ce + 0.05 * by_hand)
+    mse = _algorithm("fedproto", distance="mse").local_loss(_client(Tiny(W), x, y, c), x, y)
+    torch.testing.assert_close(mse, ce + 0.05 * by_hand / 2)
+
+
+# -- runs and config ----------------------------------------------------------------------------
+
+RUN = {"training": {"rounds": 3, "optimizer": {"name": "adam", "lr": 0.001}, "local_epochs": 2},
+       "partition": {"scheme": "dirichlet", "alpha": 0.5}}
+
+
+@pytest.mark.parametrize("algorithm", [{"name": "fedhkd"}, {"name": "fedhkd", "mode": "code"}, {"name": "fedproto"}])
+def test_digits_run_learns_and_is_reproducible(data_dir: Path, algorithm: dict) -> None:
+    cfg = small_config(algorithm=algorithm, **RUN)
+    first, second = run_federation(cfg, data_dir), run_federation(cfg, data_dir)
+    assert first.curves[-1]["global_acc"] > 0.5 and first.curves[-1]["local_acc"] > 0.5  # chance: 0.1
+    assert first.curves == second.curves
+    a, b = first.extra["server"].model.state_dict(), second.extra["server"].model.state_dict()
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_round_one_is_fedavg(data_dir: Path) -> None:
+    one = {**RUN, "training": {**RUN["training"], "rounds": 1}}
+    fedavg = run_federation(small_config(**one), data_dir)
+    fedhkd = run_federation(small_config(algorithm={"name": "fedhkd"}, **one), data_dir)
+    a, b = fedavg.extra["server"].model.state_dict(), fedhkd.extra["server"].model.state_dict()
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_mode_sets_switch_defaults_and_explicit_switches_win() -> None:
+    paper = small_config(algorithm={"name": "fedhkd"}).algorithm.params
+    code = small_config(algorithm={"name": "fedhkd", "mode": "code"}).algorithm.params
+    assert (paper["kd_dist"], paper["feat_dist"], paper["hk_agg"], paper["noise"], paper["weighting"]) == \
+        ("l2", "l2", "weighted", "paper", "samples")
+    assert (code["kd_dist"], code["feat_dist"], code["hk_agg"], code["noise"], code["weighting"]) == \
+        ("kl", "mse", "last_writer", "const", "uniform")
+    assert paper["nu_mode"] == code["nu_mode"] == "none" and paper["lam"] == code["gamma"] == 0.05
+    mixed = small_config(algorithm={"name": "fedhkd", "mode": "code", "hk_agg": "weighted"}).algorithm.params
+    assert mixed["hk_agg"] == "weighted" and mixed["noise"] == "const"
+    assert small_config(algorithm=mixed | {"name": "fedhkd"}).algorithm.params == mixed  # resolved config re-validates
+
+
+@pytest.mark.parametrize("algorithm", [
+    {"name": "fedhkd", "lam": -1}, {"name": "fedhkd", "gamma": -0.1}, {"name": "fedhkd", "temperature": 0},
+    {"name": "fedhkd", "nu": 1.5}, {"name": "fedhkd", "mode": "released"}, {"name": "fedhkd", "noise": "laplace"},
+    {"name": "fedhkd", "hk_agg": "mean"}, {"name": "fedhkd", "sigma": -7}, {"name": "fedhkd", "lambda": 0.1},
+    {"name": "fedproto", "lam": -1}, {"name": "fedproto", "proto_agg": "max"}])
+def test_bad_hyperparameters_are_rejected(algorithm: dict) -> None:
+    with pytest.raises(BenchError):
+        small_config(algorithm=algorithm)
