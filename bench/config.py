@@ -93,9 +93,11 @@ class ParticipationConfig(Strict):
 
 class PublicConfig(Strict):
     """An unlabelled public set shared by all clients (FedMD, FedAL): ``size`` training images that no
-    client holds, drawn with the partition seed (specs/fedhkd.md §4 FedMD [R])."""
+    client holds, drawn with the partition seed. ``unused``: from the images the partition leaves
+    unused (specs/fedhkd.md §4 FedMD [R]); ``carve``: drawn first, the rest partitioned."""
 
     size: int = Field(0, ge=0, description="0: no public data")
+    source: Literal["unused", "carve"] = "unused"
 
 
 class EvaluationConfig(Strict):

@@ -236,3 +236,17 @@ def test_public_set_is_unused_fixed_and_checked(data_dir: Path) -> None:
     assert public.tolist() == public_indices(small_config(**{**cfg.to_dict(), "seed": 5}), partition, 1347).tolist()
     with pytest.raises(BenchError, match="training images are held by no client"):
         run_federation(small_config(public={"size": 10}, partition={"local_test_fraction": 0.0}), data_dir)
+
+
+def test_carved_public_set_is_part_of_the_partition(data_dir: Path, tmp_path: Path) -> None:
+    cfg = small_config(public={"size": 100, "source": "carve"}, partition={"scheme": "dirichlet", "alpha": 0.5})
+    partition = run_federation(cfg, data_dir).extra["partition"]
+    held = np.concatenate([*partition.train, *partition.local_test])
+    assert len(partition.public) == 100 and len(held) == 1347 - 100
+    assert not set(partition.public.tolist()) & set(held.tolist())
+    from bench.data.partition import load_partition
+
+    assert load_partition(partition.save(tmp_path / "p")).public.tolist() == partition.public.tolist()
+    run_federation(cfg, data_dir, tmp_path / "p")  # the saved artifact matches the config
+    with pytest.raises(BenchError, match="re-create it"):
+        run_federation(small_config(**{**cfg.to_dict(), "public": {"size": 0}}), data_dir, tmp_path / "p")

@@ -203,7 +203,8 @@ class Partition:
 
     ``local_test_source`` says which split the local test indices point into: ``"train"`` when each
     client's local test set is held out of its own partition, ``"test"`` when it is drawn from the
-    global test split (FedHKD's released code).
+    global test split (FedHKD's released code). ``public`` holds the unlabelled public set carved out
+    of the train split before partitioning, when there is one (no client holds those images).
     """
 
     scheme: str
@@ -216,6 +217,7 @@ class Partition:
     train_counts: np.ndarray  # clients x classes
     local_test_counts: np.ndarray
     dataset: dict[str, str] | None = None  # {"name", "sha256"} of the prepared dataset, when known
+    public: np.ndarray | None = None
 
     @property
     def num_clients(self) -> int:
@@ -224,14 +226,17 @@ class Partition:
     @property
     def sha256(self) -> str:
         digest = [sha256_array(a) for a in (*self.train, *self.local_test)]
+        public = {} if self.public is None else {"public": sha256_array(self.public)}
         return sha256_bytes(canonical_json({"scheme": self.scheme, "params": self.params, "seed": self.seed,
-                                            "source": self.local_test_source, "arrays": digest}).encode())
+                                            "source": self.local_test_source, "arrays": digest,
+                                            **public}).encode())
 
     def summary(self) -> dict[str, Any]:
         return {"scheme": self.scheme, "params": self.params, "seed": self.seed, "num_clients": self.num_clients,
                 "num_classes": self.num_classes, "local_test_source": self.local_test_source,
                 "train_sizes": [len(a) for a in self.train], "local_test_sizes": [len(a) for a in self.local_test],
                 "train_counts": self.train_counts.tolist(), "local_test_counts": self.local_test_counts.tolist(),
+                "public_size": 0 if self.public is None else len(self.public),
                 "sha256": self.sha256, **({"dataset": self.dataset} if self.dataset else {})}
 
     def save(self, folder: str | Path) -> Path:
@@ -239,6 +244,8 @@ class Partition:
         write_npy(folder / "train_indices.npy", np.concatenate(self.train) if self.train else np.zeros(0, np.int64))
         write_npy(folder / "local_test_indices.npy",
                   np.concatenate(self.local_test) if self.local_test else np.zeros(0, np.int64))
+        if self.public is not None:
+            write_npy(folder / "public_indices.npy", self.public)
         write_json(folder / "partition.json", self.summary())
         return folder
 
@@ -253,7 +260,9 @@ def load_partition(folder: str | Path) -> Partition:
         local_test = np.split(flat_test, np.cumsum(meta["local_test_sizes"])[:-1])
         part = Partition(meta["scheme"], meta["params"], meta["seed"], meta["num_classes"], train, local_test,
                          meta["local_test_source"], np.asarray(meta["train_counts"]),
-                         np.asarray(meta["local_test_counts"]), meta.get("dataset"))
+                         np.asarray(meta["local_test_counts"]), meta.get("dataset"),
+                         np.load(folder / "public_indices.npy", allow_pickle=False)
+                         if meta.get("public_size") else None)
     except (OSError, ValueError, KeyError) as exc:
         raise BenchError(f"partition at {folder} is missing or unreadable ({exc}); create it with "
                          "`bench partition`") from None
@@ -320,12 +329,25 @@ def make_partition(labels: np.ndarray, num_classes: int, scheme: str, num_client
 
 
 def partition_dataset(data: PreparedDataset, scheme: str, num_clients: int, seed: int,
-                      params: dict[str, Any] | None = None, local_test_fraction: float = 0.0) -> Partition:
+                      params: dict[str, Any] | None = None, local_test_fraction: float = 0.0,
+                      public_size: int = 0) -> Partition:
     """Partition a loaded prepared dataset: every input a scheme may need (test labels, images, LEAF
-    groups) comes from the dataset itself."""
-    part = make_partition(data.train_y, data.num_classes, scheme, num_clients, seed, params, local_test_fraction,
-                          test_labels=data.test_y, features=data.train_x, groups=data.train_group,
+    groups) comes from the dataset itself. With ``public_size``, that many training images are first
+    drawn (stream ``(seed, "public")``) as the unlabelled public set and the rest are partitioned."""
+    n = len(data.train_y)
+    if public_size >= n:
+        raise BenchError(f"public.size={public_size} leaves no training images for the clients (of {n})")
+    public = numpy_stream(seed, "public").choice(n, size=public_size, replace=False) if public_size else None
+    keep = np.setdiff1d(np.arange(n), public) if public is not None else slice(None)
+    groups = None if data.train_group is None else data.train_group[keep]
+    part = make_partition(data.train_y[keep], data.num_classes, scheme, num_clients, seed, params,
+                          local_test_fraction, test_labels=data.test_y, features=data.train_x[keep], groups=groups,
                           test_groups=data.test_group)
+    if public is not None:  # indices of the kept subset -> indices of the train split
+        part.train = [keep[p] for p in part.train]
+        if part.local_test_source == "train":
+            part.local_test = [keep[p] for p in part.local_test]
+        part.public = public
     part.dataset = {"name": data.name, "sha256": data.sha256}
     return part
 

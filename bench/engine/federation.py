@@ -55,20 +55,26 @@ class RunResult:
 def partition_for(config: ExperimentConfig, data: PreparedDataset, partition_dir: str | Path | None) -> Partition:
     """The config's partition: loaded from ``partition_dir`` (and checked to match) or built."""
     p = config.partition
+    carve = config.public.size if config.public.source == "carve" else 0
     if partition_dir is not None:
         built = load_partition(partition_dir)
-        expected = (p.scheme, p.num_clients, p.seed, p.scheme_params)
-        found = (built.scheme, built.num_clients, built.seed, built.params)
+        expected = (p.scheme, p.num_clients, p.seed, p.scheme_params, carve)
+        found = (built.scheme, built.num_clients, built.seed, built.params,
+                 0 if built.public is None else len(built.public))
         if expected != found:
             raise BenchError(f"partition at {partition_dir} was made with {found}, but the config asks for "
                              f"{expected}; re-create it with `bench partition` or drop --partition")
         return built
-    return partition_dataset(data, p.scheme, p.num_clients, p.seed, p.scheme_params, p.local_test_fraction)
+    return partition_dataset(data, p.scheme, p.num_clients, p.seed, p.scheme_params, p.local_test_fraction, carve)
 
 
 def public_indices(config: ExperimentConfig, partition: Partition, num_train: int) -> np.ndarray:
     """``public.size`` training images held by no client (their train or local test), drawn with the
-    partition seed so every method and run seed sees the same public set, in a fixed order."""
+    partition seed so every method and run seed sees the same public set, in a fixed order: the
+    partition's carved public set, or a draw from the images it leaves unused."""
+    if config.public.source == "carve":
+        assert partition.public is not None and len(partition.public) == config.public.size
+        return partition.public
     used = np.concatenate([*partition.train, *(partition.local_test if partition.local_test_source == "train"
                                                else [])])
     pool = np.setdiff1d(np.arange(num_train), used)
