@@ -53,7 +53,10 @@ class Moon(ParameterAveraging):
     resident_models = 3  # the local model and the frozen global and previous copies
 
     def _frozen(self, model: nn.Module) -> nn.Module:
+        """A copy of ``model`` without gradients, in ``frozen_mode``."""
         copied = copy.deepcopy(model).requires_grad_(False)
+        for p in copied.parameters():
+            p.grad = None  # deepcopy also copies the last step's .grad
         return copied.train(self.params.frozen_mode == "train")
 
     def broadcast(self, server: Server, client: Client) -> None:
