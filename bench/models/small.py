@@ -32,7 +32,8 @@ class SmallCNN(nn.Module):
     """Two 3x3 conv blocks (conv -> BN -> ReLU, max-pool after the second) -> FC features -> linear head.
 
     Sized for 8x8 inputs; BatchNorm is on by default so that FedAvg's handling of BN buffers is
-    exercised by the default suite.
+    exercised by the default suite. ``final_block`` is the second conv block (FedAlign's final block,
+    :mod:`bench.models.slimmable`).
     """
 
     def __init__(self, in_shape: tuple[int, ...], num_classes: int, channels: tuple[int, int] = (16, 32),
@@ -45,10 +46,17 @@ class SmallCNN(nn.Module):
             norm: list[nn.Module] = [nn.BatchNorm2d(cout)] if batch_norm else []
             return [nn.Conv2d(cin, cout, 3, padding=1, bias=not batch_norm), *norm, nn.ReLU()]
 
-        self.body = nn.Sequential(*block(c_in, c1), *block(c1, c2), nn.MaxPool2d(2), nn.Flatten(),
+        first, second = block(c_in, c1), block(c1, c2)
+        self.body = nn.Sequential(*first, *second, nn.MaxPool2d(2), nn.Flatten(),
                                   nn.Linear(c2 * (h // 2) * (w // 2), feature_dim), nn.ReLU())
+        self._final_block_span = (len(first), len(first) + len(second))
         self.feature_dim = feature_dim
         self.classifier = nn.Linear(feature_dim, num_classes)
+
+    @property
+    def final_block(self) -> nn.Sequential:
+        """The second conv block (conv -> [BN] -> ReLU), a view on ``body``'s modules."""
+        return self.body[slice(*self._final_block_span)]
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         features = self.body(x)

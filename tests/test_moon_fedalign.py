@@ -1,0 +1,156 @@
+"""MOON and FedAlign (specs/fedhkd.md §4): the loss pieces against hand computations, the width-sliced
+final block, and short digits runs that learn and repeat bitwise."""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+from bench.algorithms.fedalign import (FedAlignParams, fedalign_backward, sqrt_top_eigenvalue,
+                                       transmitting_matrix)
+from bench.algorithms.moon import Moon, contrastive_loss
+from bench.data import load_dataset
+from bench.engine.context import Context
+from bench.engine.federation import run_federation, to_tensor
+from bench.engine.state import Client, ClientData
+from bench.errors import BenchError
+from bench.models import build_model
+from bench.models.slimmable import capture_block_io, final_block, slim_forward
+from tests.conftest import small_config
+
+
+def _state_equal(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> bool:
+    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+# --------------------------------------------------------------------------- MOON
+
+def test_contrastive_loss_by_hand() -> None:
+    z = torch.tensor([[1.0, 0.0], [0.0, 2.0]])
+    z_glob = torch.tensor([[1.0, 1.0], [0.0, 1.0]])
+    z_prev = torch.tensor([[0.0, 3.0], [1.0, 1.0]])
+    tau = 0.5
+    # sample 1: cos(z, glob) = 1/√2, cos(z, prev) = 0; sample 2: cos(z, glob) = 1, cos(z, prev) = 1/√2
+    pairs = [(1 / math.sqrt(2), 0.0), (1.0, 1 / math.sqrt(2))]
+    expected = sum(-math.log(math.exp(p / tau) / (math.exp(p / tau) + math.exp(n / tau))) for p, n in pairs) / 2
+    assert contrastive_loss(z, z_glob, z_prev, tau).item() == pytest.approx(expected, rel=1e-6)
+
+
+def test_moon_previous_model_is_global_at_round_one_then_the_last_local_model(data_dir: Path) -> None:
+    cfg = small_config(algorithm={"name": "moon"})
+    data = load_dataset("digits", data_dir)
+    ctx = Context(cfg, data.image_shape, data.num_classes, torch.device("cpu"))
+    moon = Moon(Moon.Params(), ctx)
+    server = moon.init_server()
+    x, y = to_tensor(data.train_x[:64], data, ctx.device), torch.from_numpy(data.train_y[:64])
+    client = Client(0, ClientData(x, y, x, y), moon.init_client_model(0, server))
+
+    moon.broadcast(server, client)
+    prev, glob = client.extra["prev_model"], client.extra["global_model"]
+    assert _state_equal(prev.state_dict(), glob.state_dict())
+    assert not prev.training and not any(p.requires_grad for p in prev.parameters())
+    # prev = glob, so the two similarities are equal and ℓ_con = log 2 whatever z is
+    client.model.train()
+    ce = nn.functional.cross_entropy(client.model(x)[1], y)
+    assert (moon.local_loss(client, x, y) - ce).item() == pytest.approx(math.log(2), rel=1e-6)
+
+    moon.local_update(1, server, client)
+    assert "prev_model" not in client.extra  # the frozen copies live only during local training
+    trained = {k: v.clone() for k, v in client.model.state_dict().items()}
+    server.model = ctx.build_model("other")
+    moon.broadcast(server, client)
+    assert _state_equal(client.extra["prev_model"].state_dict(), trained)
+    assert _state_equal(client.extra["global_model"].state_dict(), server.model.state_dict())
+
+
+# --------------------------------------------------------------------------- FedAlign pieces
+
+def test_power_iteration_matches_eigvalsh() -> None:
+    gen = torch.Generator().manual_seed(0)
+    q, _ = torch.linalg.qr(torch.randn(3, 5, 5, generator=gen, dtype=torch.float64))
+    eig = torch.tensor([[9.0, 2.0, 1.0, 0.5, 0.1], [4.0, 1.0, 0.3, 0.2, 0.0], [1.0, 0.1, 0.1, 0.0, 0.0]],
+                       dtype=torch.float64)
+    k = q @ torch.diag_embed(eig) @ q.transpose(1, 2)
+    expected = torch.linalg.eigvalsh(k)[:, -1].sqrt()
+    assert torch.allclose(sqrt_top_eigenvalue(k, 10).flatten(), expected, rtol=1e-6)
+
+
+def test_transmitting_matrix_shape_and_value() -> None:
+    f_in, f_out = torch.randn(2, 256, 2, 2), torch.randn(2, 512, 1, 1)  # ResNet-18 layer4 on 32x32
+    tm = transmitting_matrix(f_in, f_out)
+    assert tm.shape == (2, 256, 512)
+    assert torch.allclose(tm[1], f_in[1].mean((1, 2))[:, None] * f_out[1, :, 0, 0][None, :], atol=1e-6)
+    assert transmitting_matrix(torch.randn(3, 4, 8, 8), torch.randn(3, 8, 8, 8)).shape == (3, 4, 8)
+
+
+MODELS = [("cnn", (1, 8, 8)), ("fedhkd_resnet18", (3, 32, 32)), ("fedhkd_shufflenetv2", (3, 32, 32))]
+
+
+def _block_input(name: str, shape: tuple[int, ...]) -> tuple[nn.Module, nn.Module, torch.Tensor]:
+    model = build_model(name, shape, 10)
+    block = final_block(model, name)
+    with capture_block_io(block) as io, torch.no_grad():
+        model(torch.randn(4, *shape, generator=torch.Generator().manual_seed(1)))
+    return model, block, io["input"]
+
+
+@pytest.mark.parametrize("name,shape", MODELS)
+def test_full_width_slice_is_the_block(name: str, shape: tuple[int, ...]) -> None:
+    model, block, f_in = _block_input(name, shape)
+    with torch.no_grad():
+        for m in block.modules():  # non-trivial running statistics
+            if isinstance(m, nn.BatchNorm2d):
+                m.running_mean.uniform_(-1, 1)
+                m.running_var.uniform_(0.5, 2)
+        model.eval()
+        assert torch.allclose(slim_forward(block, f_in, 1.0, "running"), block(f_in), atol=1e-5)
+        model.train()
+        assert torch.allclose(slim_forward(block, f_in, 1.0, "batch"), block(f_in), atol=1e-5)
+
+
+@pytest.mark.parametrize("name,shape", MODELS)
+def test_sub_network_pass_keeps_bn_statistics(name: str, shape: tuple[int, ...]) -> None:
+    model, block, f_in = _block_input(name, shape)
+    model.train()
+    before = {k: v.clone() for k, v in block.state_dict().items()}
+    out = slim_forward(block, f_in[:, :math.ceil(0.25 * f_in.shape[1])], 0.25, "batch")
+    assert _state_equal(block.state_dict(), before)
+    with torch.no_grad():
+        assert out.shape[1] == math.ceil(0.25 * block(f_in).shape[1])
+
+
+def test_fedalign_rejects_a_model_without_final_block() -> None:
+    with pytest.raises(BenchError, match="'mlp'"):
+        final_block(build_model("mlp", (1, 8, 8), 10), "mlp")
+
+
+@pytest.mark.parametrize("name", ["fedhkd_resnet18", "fedhkd_shufflenetv2"])
+def test_fedalign_step_on_paper_models(name: str) -> None:
+    model = build_model(name, (3, 32, 32), 10)
+    model.train()
+    block = final_block(model, name)
+    gen = torch.Generator().manual_seed(0)
+    x, y = torch.randn(2, 3, 32, 32, generator=gen), torch.tensor([0, 1])
+    params = FedAlignParams()
+    ce, align = fedalign_backward(model, block, x, y, params)
+    assert math.isfinite(ce) and align == pytest.approx(params.mu * ce, rel=1e-5)
+    grads = [p.grad for p in block.parameters()]
+    assert all(g is not None and torch.isfinite(g).all() for g in grads)
+    before = [p.detach().clone() for p in model.parameters()]
+    torch.nn.utils.clip_grad_norm_(model.parameters(), params.grad_clip)
+    torch.optim.Adam(model.parameters(), lr=1e-3).step()
+    assert any(not torch.equal(b, p) for b, p in zip(before, model.parameters()))
+
+
+# --------------------------------------------------------------------------- runs
+
+@pytest.mark.parametrize("method", ["moon", "fedalign"])
+def test_digits_run_learns_and_repeats_bitwise(data_dir: Path, method: str) -> None:
+    cfg = small_config(algorithm={"name": method})  # iid digits, 3 rounds
+    first, second = run_federation(cfg, data_dir), run_federation(cfg, data_dir)
+    assert first.curves[-1]["global_acc"] > 0.5  # chance is 0.1
+    assert first.curves == second.curves
+    assert _state_equal(first.extra["server"].model.state_dict(), second.extra["server"].model.state_dict())
