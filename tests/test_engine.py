@@ -11,7 +11,6 @@ import torch.nn.functional as F
 from bench.algorithms import register_algorithm
 from bench.algorithms.fedavg import FedAvg
 from bench.cli import main
-from bench.config import build_config
 from bench.data import load_dataset
 from bench.engine.context import Context
 from bench.engine.executor import RunRequest, run_experiment
@@ -250,3 +249,20 @@ def test_carved_public_set_is_part_of_the_partition(data_dir: Path, tmp_path: Pa
     run_federation(cfg, data_dir, tmp_path / "p")  # the saved artifact matches the config
     with pytest.raises(BenchError, match="re-create it"):
         run_federation(small_config(**{**cfg.to_dict(), "public": {"size": 0}}), data_dir, tmp_path / "p")
+
+
+def test_run_many_parallel_logs_every_run_in_order(data_dir: Path, tmp_path: Path) -> None:
+    import mlflow
+
+    from bench.engine.executor import run_many
+
+    configs = [small_config(seed=s, training={"rounds": 1}, tracking={"mlflow": True, "experiment": "many"})
+               for s in (3, 1, 2)]
+    requests = [RunRequest(c, tmp_path / f"s{c.seed}", data_dir) for c in configs]
+    metrics = run_many(requests, jobs=2)
+    assert [m["seed"] for m in metrics] == [3, 1, 2]
+    runs = mlflow.search_runs(experiment_names=["many"], output_format="list", order_by=["attributes.start_time"])
+    assert [(r.data.tags["seed"], r.info.status) for r in runs] == [("3", "FINISHED"), ("1", "FINISHED"),
+                                                                      ("2", "FINISHED")]
+    serial = [run_experiment(RunRequest(c, tmp_path / f"r{c.seed}", data_dir), mlflow=False) for c in configs]
+    assert metrics == serial  # results do not depend on the executor

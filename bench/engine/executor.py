@@ -5,6 +5,7 @@ single-threaded by default, and results are returned in the order the configs we
 """
 from __future__ import annotations
 
+import json
 import multiprocessing
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
@@ -14,7 +15,7 @@ from typing import Any
 from bench.config import ExperimentConfig
 from bench.engine.federation import ProgressFn, run_federation
 from bench.errors import BenchError, Diverged
-from bench.tracking import init_mlflow, log_mlflow, write_failure, write_run
+from bench.tracking import log_mlflow, write_failure, write_run
 
 
 @dataclass(frozen=True)
@@ -25,30 +26,30 @@ class RunRequest:
     partition_dir: Path | None = None
 
 
-def run_experiment(request: RunRequest, progress: ProgressFn | None = None) -> dict[str, Any]:
-    """Run one experiment, write its records to ``out_dir`` and MLflow; return metrics.json's content.
+def run_experiment(request: RunRequest, progress: ProgressFn | None = None, mlflow: bool = True) -> dict[str, Any]:
+    """Run one experiment, write its records to ``out_dir`` (and, unless ``mlflow`` is False or the
+    config says otherwise, log them to MLflow); return metrics.json's content.
 
     A diverged run writes ``failure.json`` (never ``metrics.json``), is marked FAILED in MLflow and
     re-raises :class:`Diverged`."""
     cfg = request.config
+    log = mlflow and cfg.tracking.mlflow
     try:
         result = run_federation(cfg, request.data_dir, request.partition_dir, progress)
     except Diverged as exc:
         write_failure(request.out_dir, cfg, str(exc))
-        if cfg.tracking.mlflow:
-            log_mlflow(cfg, None, request.out_dir, "FAILED", str(exc))
+        if log:
+            log_mlflow(cfg, request.out_dir)
         raise
     write_run(result, request.out_dir)
-    if cfg.tracking.mlflow:
-        log_mlflow(cfg, result, request.out_dir, "FINISHED")
-    import json
-
+    if log:
+        log_mlflow(cfg, request.out_dir)
     return json.loads((Path(request.out_dir) / "metrics.json").read_text())
 
 
 def _run_quiet(request: RunRequest) -> dict[str, Any] | str:
     try:
-        return run_experiment(request)
+        return run_experiment(request, mlflow=False)
     except (Diverged, BenchError) as exc:
         return f"{request.out_dir}: {exc}"
 
@@ -56,14 +57,17 @@ def _run_quiet(request: RunRequest) -> dict[str, Any] | str:
 def run_many(requests: list[RunRequest], jobs: int = 1) -> list[dict[str, Any]]:
     """Run every request (``jobs`` processes at once); results in request order.
 
+    Worker processes only train and write records; this process logs every run to MLflow from
+    those records, in request order, so workers never import MLflow and the store sees one writer.
     Raises :class:`BenchError` listing every failed run after all have finished."""
-    for experiment in sorted({r.config.tracking.experiment for r in requests if r.config.tracking.mlflow}):
-        init_mlflow(experiment)  # create the store once, before the fan-out
     if jobs <= 1 or len(requests) <= 1:
         outcomes = [_run_quiet(r) for r in requests]
     else:
         with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
             outcomes = list(pool.map(_run_quiet, requests))
+    for request in requests:
+        if request.config.tracking.mlflow:
+            log_mlflow(request.config, request.out_dir)
     failures = [o for o in outcomes if isinstance(o, str)]
     if failures:
         raise BenchError(f"{len(failures)} of {len(requests)} runs failed:\n  " + "\n  ".join(failures))

@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from bench.models import register_model
-from bench.models.layers import GlobalAvgPool
+from bench.models.layers import BodyHead, GlobalAvgPool
 
 
 class TripleConvBlock(nn.Module):
@@ -36,7 +36,7 @@ class TripleConvBlock(nn.Module):
         return torch.relu(self.residual(x) + self.shortcut(x))
 
 
-class MTLResNet(nn.Module):
+class MTLResNet(BodyHead):
     """Shared extractor phi: conv3x3(C_in -> 16) -> BN -> ReLU, three stages of two blocks with planes
     16, 32, 64 (strides 1, 2, 2) -> global mean pool (256-d features). Heads: ``classifier`` h_c =
     Linear(256, C) and ``discriminator`` h_d = Linear(256, 1), whose sigmoid is the probability that x
@@ -60,16 +60,12 @@ class MTLResNet(nn.Module):
             if isinstance(m, nn.Conv2d):
                 nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
 
-    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        features = self.body(x)
-        return features, self.classifier(features)
-
     def domain_logit(self, features: torch.Tensor) -> torch.Tensor:
         """h_d(phi(x)) before the sigmoid, shape (B,); pair it with a with-logits BCE for stability."""
         return self.discriminator(features).squeeze(1)
 
 
-class ConvDiscriminator(nn.Module):
+class ConvDiscriminator(BodyHead):
     """DaFKD^{no-sharing} discriminator (specs/dafkd.md §1.5). ``forward`` returns (features, logit of
     "real", shape (B, 1)); the official sigmoid is left to a with-logits loss. Default PyTorch init.
 
@@ -98,10 +94,6 @@ class ConvDiscriminator(nn.Module):
         else:
             raise ValueError(f"DaFKD discriminators exist for 32x32 and 28x28 images, got in_shape={in_shape}")
         self.classifier = nn.Linear(self.feature_dim, num_classes)
-
-    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        features = self.body(x)
-        return features, self.classifier(features)
 
 
 def _lrelu() -> nn.Module:

@@ -2,13 +2,13 @@
 Appendix D / Table 5, as ``METHOD/standalone.py`` defines them). Default PyTorch initialisation."""
 from __future__ import annotations
 
-import torch
 from torch import nn
 
 from bench.models import register_model
+from bench.models.layers import BodyHead
 
 
-class SimpleCNN(nn.Module):
+class SimpleCNN(BodyHead):
     """2 x [conv3x3(pad 1) -> BN -> ReLU -> maxpool 2] with 32 and 64 channels, flatten (the features,
     64 * (H/4) * (W/4)) -> Linear to the classes. 50,378 parameters on FMNIST, 60,554 on CIFAR-10."""
 
@@ -22,12 +22,8 @@ class SimpleCNN(nn.Module):
         self.feature_dim = 64 * (h // 4) * (w // 4)
         self.classifier = nn.Linear(self.feature_dim, num_classes)
 
-    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        features = self.body(x)
-        return features, self.classifier(features)
 
-
-class PlainCNN(nn.Module):
+class PlainCNN(BodyHead):
     """[conv3x3(pad 1) -> ReLU] per entry of ``channels`` (no BN, no pooling), flatten (the features)
     -> Linear to the classes."""
 
@@ -41,10 +37,6 @@ class PlainCNN(nn.Module):
         self.body = nn.Sequential(*layers, nn.Flatten())
         self.feature_dim = c * h * w
         self.classifier = nn.Linear(self.feature_dim, num_classes)
-
-    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        features = self.body(x)
-        return features, self.classifier(features)
 
 
 @register_model("fedakd_simplecnn", example_input=((1, 28, 28), 10))

@@ -9,10 +9,10 @@ import torch
 from torch import nn
 
 from bench.models import register_model
-from bench.models.layers import GlobalAvgPool
+from bench.models.layers import BodyHead, GlobalAvgPool
 
 
-class LeNet5(nn.Module):
+class LeNet5(BodyHead):
     """conv5x5(6, pad 2) -> ReLU -> pool -> conv5x5(16) -> ReLU -> pool -> FC 120 -> ReLU -> FC 84 -> ReLU
     (features) -> FC to K. 61,706 parameters on 1x28x28 with K = 10."""
 
@@ -26,10 +26,6 @@ class LeNet5(nn.Module):
             nn.Linear(flat, 120), nn.ReLU(), nn.Linear(120, 84), nn.ReLU())
         self.feature_dim = 84
         self.classifier = nn.Linear(84, num_classes)
-
-    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        features = self.body(x)
-        return features, self.classifier(features)
 
 
 class PreActBlock(nn.Module):
@@ -52,7 +48,7 @@ class PreActBlock(nn.Module):
         return out + (x if self.shortcut is None else self.shortcut(pre))
 
 
-class WideResNet(nn.Module):
+class WideResNet(BodyHead):
     """WRN-d-k (Zagoruyko & Komodakis): conv3x3(16) stem, three groups of n = (d - 4) / 6 pre-activation
     blocks with widths 16k, 32k, 64k and strides 1, 2, 2, then BN -> ReLU -> global mean pool
     (features, 64k-d) -> FC to K."""
@@ -73,12 +69,8 @@ class WideResNet(nn.Module):
         self.feature_dim = c_in
         self.classifier = nn.Linear(c_in, num_classes)
 
-    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        features = self.body(x)
-        return features, self.classifier(features)
 
-
-class CelebACNN(nn.Module):
+class CelebACNN(BodyHead):
     """LEAF CelebA reference CNN: 4 x [conv3x3(32, "same") -> BN -> maxpool 2 -> ReLU], flatten
     (800 on 84x84; the features) -> FC to K."""
 
@@ -93,12 +85,8 @@ class CelebACNN(nn.Module):
         self.feature_dim = c * h * w
         self.classifier = nn.Linear(self.feature_dim, num_classes)
 
-    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        features = self.body(x)
-        return features, self.classifier(features)
 
-
-class ClientDiscriminator(nn.Module):
+class ClientDiscriminator(BodyHead):
     """FedAL's server discriminator h(p, w): R^K -> R^N (specs/fedal.md §2.1, §2.6 A7):
     Linear(K, 32) -> ReLU -> Linear(32, 265) -> ReLU (features) -> Linear(265, N) client-index logits.
     Its input is the temperature softmax psi(f_n, 2) of a client's logits."""
@@ -109,10 +97,6 @@ class ClientDiscriminator(nn.Module):
         self.body = nn.Sequential(nn.Linear(k, hidden[0]), nn.ReLU(), nn.Linear(hidden[0], hidden[1]), nn.ReLU())
         self.feature_dim = hidden[1]
         self.classifier = nn.Linear(hidden[1], num_classes)
-
-    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        features = self.body(x)
-        return features, self.classifier(features)
 
 
 @register_model("lenet5", example_input=((1, 28, 28), 10))

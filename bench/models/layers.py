@@ -21,3 +21,17 @@ class SpatialMean(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return x.mean(dim=(2, 3), keepdim=True)
+
+
+class BodyHead(nn.Module):
+    """The model contract: ``body`` maps inputs to features, ``classifier`` maps features to logits,
+    and ``forward`` returns ``(features, logits)``. Subclasses set ``body``, ``classifier`` and
+    ``feature_dim`` in ``__init__``."""
+
+    body: nn.Module
+    classifier: nn.Module
+    feature_dim: int
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        features = self.body(x)
+        return features, self.classifier(features)

@@ -6,7 +6,7 @@ import torch
 from torch import nn
 
 from bench.models import register_model
-from bench.models.layers import GlobalAvgPool
+from bench.models.layers import BodyHead, GlobalAvgPool
 
 
 class BasicBlock(nn.Module):
@@ -28,7 +28,7 @@ class BasicBlock(nn.Module):
         return torch.relu(out + self.shortcut(x))
 
 
-class CifarResNet(nn.Module):
+class CifarResNet(BodyHead):
     """Stem conv3x3(C_in -> 64) -> BN -> ReLU, four stages of BasicBlocks (64, 128, 256, 512; strides
     1, 2, 2, 2) -> global mean pool (features) -> Linear(512, num_classes)."""
 
@@ -43,10 +43,6 @@ class CifarResNet(nn.Module):
         self.body = nn.Sequential(*layers, GlobalAvgPool())
         self.feature_dim = c_in
         self.classifier = nn.Linear(c_in, num_classes)
-
-    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        features = self.body(x)
-        return features, self.classifier(features)
 
 
 @register_model("resnet18_cifar", example_input=((3, 32, 32), 10))

@@ -3,13 +3,13 @@ from __future__ import annotations
 
 import math
 
-import torch
 from torch import nn
 
 from bench.models import register_model
+from bench.models.layers import BodyHead
 
 
-class MLP(nn.Module):
+class MLP(BodyHead):
     """Flatten -> [Linear -> ReLU] * len(hidden) -> Linear. Features are the last hidden layer."""
 
     def __init__(self, in_shape: tuple[int, ...], num_classes: int, hidden: tuple[int, ...] = (128, 64)) -> None:
@@ -23,12 +23,8 @@ class MLP(nn.Module):
         self.feature_dim = width
         self.classifier = nn.Linear(width, num_classes)
 
-    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        features = self.body(x)
-        return features, self.classifier(features)
 
-
-class SmallCNN(nn.Module):
+class SmallCNN(BodyHead):
     """Two 3x3 conv blocks (conv -> BN -> ReLU, max-pool after the second) -> FC features -> linear head.
 
     Sized for 8x8 inputs; BatchNorm is on by default so that FedAvg's handling of BN buffers is
@@ -57,10 +53,6 @@ class SmallCNN(nn.Module):
     def final_block(self) -> nn.Sequential:
         """The second conv block (conv -> [BN] -> ReLU), a view on ``body``'s modules."""
         return self.body[slice(*self._final_block_span)]
-
-    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        features = self.body(x)
-        return features, self.classifier(features)
 
 
 @register_model("mlp", example_input=((1, 8, 8), 10))

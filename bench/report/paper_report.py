@@ -163,8 +163,8 @@ def paper_markdown(suite: Suite, table: dict[str, dict[str, dict]], pinned: dict
               "Table 1's Time column divided by FedAvg's, per dataset (absolute seconds are hardware-specific).",
               _table(["method", "ours", *(f"paper {module.DATASETS[d]}" for d in datasets)],
                      [[labels.get(m, m), _fmt(ours.time_ratio(m), 2)]
-                      + [_fmt(module.paper_value("table1", d, m, "time_s")
-                              / module.paper_value("table1", d, "fedavg", "time_s"), 2) for d in datasets]
+                      + [_fmt(_ratio(module.paper_value("table1", d, m, "time_s"),
+                                     module.paper_value("table1", d, "fedavg", "time_s")), 2) for d in datasets]
                       for m in suite.params.methods])]
     ours_claims, paper_claims = module.claims(ours, paper_profile), module.claims(paper, True)
     verdict = {True: "**holds**", False: "**fails**", None: "not measured"}
@@ -174,6 +174,10 @@ def paper_markdown(suite: Suite, table: dict[str, dict[str, dict]], pinned: dict
                      [[o.text, f"{verdict[p.holds]} ({p.evidence})", f"{verdict[o.holds]} ({o.evidence})"]
                       for o, p in zip(ours_claims, paper_claims)])]
     return "\n\n".join(parts) + "\n"
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return None if a is None or b is None else a / b
 
 
 def _paper_column(paper: PaperResults, table: str, dataset: str, key: str) -> Column | None:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import math
 import os
 import platform
@@ -97,31 +98,34 @@ def init_mlflow(experiment: str) -> str:
     return found.experiment_id if found else mlflow.create_experiment(experiment)
 
 
-def log_mlflow(config: Any, result: Any | None, out_dir: Path, status: str, error: str | None = None) -> None:
-    """One MLflow run: flattened params, per-round metrics (step = round), provenance tags."""
+def log_mlflow(config: Any, out_dir: str | Path) -> None:
+    """Log one run to MLflow from its record files (the source of truth): flattened params,
+    per-round metrics from curves.csv (step = round), the summary from metrics.json, provenance as
+    tags; FINISHED when metrics.json exists, FAILED (with the reason) when failure.json does."""
     import mlflow
     from mlflow.entities import Metric, Param, RunTag
 
+    out = Path(out_dir)
     client = mlflow.MlflowClient(mlflow_uri())
     experiment_id = init_mlflow(config.tracking.experiment)
-    tags = {"seed": str(config.seed), "config_sha256": config.sha256, "out_dir": str(out_dir),
-            "algorithm": config.algorithm.name, "dataset": config.dataset.name,
-            **code_version(), **environment()}
-    if result is not None:
-        tags.update({k: str(v) for k, v in provenance(result).items()})
-    if error:
-        tags["failure"] = error[:5000]
-    run = client.create_run(experiment_id, run_name=f"{config.name}-s{config.seed}")
+    tags = {"seed": str(config.seed), "config_sha256": config.sha256, "out_dir": str(out),
+            "algorithm": config.algorithm.name, "dataset": config.dataset.name, **code_version(), **environment()}
+    metrics: list[Metric] = []
+    if (out / "metrics.json").exists():
+        status = "FINISHED"
+        tags.update({k: str(v) for k, v in json.loads((out / "provenance.json").read_text()).items()})
+        with open(out / "curves.csv", newline="") as handle:
+            for row in csv.DictReader(handle):
+                metrics += [Metric(k, float(v), 0, int(row["round"])) for k, v in row.items() if k != "round" and v]
+        summary = json.loads((out / "metrics.json").read_text())
+        metrics += [Metric(f"{group}/{k}", float(v), 0, 0) for group, values in summary.items()
+                    if isinstance(values, dict) for k, v in values.items()]
+    else:
+        status = "FAILED"
+        failure = out / "failure.json"
+        tags["failure"] = json.loads(failure.read_text())["reason"][:5000] if failure.exists() else "no record"
+    run_id = client.create_run(experiment_id, run_name=f"{config.name}-s{config.seed}").info.run_id
     params = [Param(k, str(v)[:6000]) for k, v in _flatten(config.to_dict()).items()]
-    metrics = []
-    if result is not None:
-        stamp = 0
-        for row in result.curves:
-            metrics += [Metric(k, float(v), stamp, int(row["round"])) for k, v in row.items()
-                        if k != "round" and not math.isnan(float(v))]
-        for group, values in result.summary().items():
-            metrics += [Metric(f"{group}/{k}", float(v), stamp, 0) for k, v in values.items()]
-    run_id = run.info.run_id
     client.log_batch(run_id, tags=[RunTag(k, v) for k, v in tags.items()])
     for start in range(0, len(params), 100):  # MLflow's per-call limits: 100 params, 1000 metrics
         client.log_batch(run_id, params=params[start:start + 100])
