@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import multiprocessing
 from concurrent.futures import ProcessPoolExecutor
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -60,14 +61,19 @@ def run_many(requests: list[RunRequest], jobs: int = 1) -> list[dict[str, Any]]:
     Worker processes only train and write records; this process logs every run to MLflow from
     those records, in request order, so workers never import MLflow and the store sees one writer.
     Raises :class:`BenchError` listing every failed run after all have finished."""
+    def record(outcomes: Iterator[dict[str, Any] | str]) -> list[dict[str, Any] | str]:
+        done = []
+        for request, outcome in zip(requests, outcomes):  # logging overlaps the runs still going
+            if request.config.tracking.mlflow:
+                log_mlflow(request.config, request.out_dir)
+            done.append(outcome)
+        return done
+
     if jobs <= 1 or len(requests) <= 1:
-        outcomes = [_run_quiet(r) for r in requests]
+        outcomes = record(_run_quiet(r) for r in requests)
     else:
         with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
-            outcomes = list(pool.map(_run_quiet, requests))
-    for request in requests:
-        if request.config.tracking.mlflow:
-            log_mlflow(request.config, request.out_dir)
+            outcomes = record(pool.map(_run_quiet, requests))
     failures = [o for o in outcomes if isinstance(o, str)]
     if failures:
         raise BenchError(f"{len(failures)} of {len(requests)} runs failed:\n  " + "\n  ".join(failures))

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import torch
 from torch import nn
-from torchvision import models as tv
 
 from bench.models import register_model
 from bench.models.layers import SpatialMean
@@ -49,6 +48,8 @@ def fedhkd_resnet18(in_shape: tuple[int, ...], num_classes: int, latent_dim: int
     ``layer4`` (specs/fedhkd.md §4 FedAlign).
     """
     _check_rgb(in_shape)
+    from torchvision import models as tv  # imported here: 1.5 s that runs on other models do not need
+
     extractor = tv.resnet18(weights=None, num_classes=latent_dim)
     extractor.avgpool = SpatialMean()
     return LatentClassifier(extractor, latent_dim, num_classes, final_block="feature_extractor.layer4")
@@ -62,5 +63,7 @@ def fedhkd_shufflenetv2(in_shape: tuple[int, ...], num_classes: int, latent_dim:
     ``conv5`` (1x1 conv 464 -> 1024, BN, ReLU; specs/fedhkd.md §4 FedAlign [R]).
     """
     _check_rgb(in_shape)
+    from torchvision import models as tv
+
     return LatentClassifier(tv.shufflenet_v2_x1_0(weights=None, num_classes=latent_dim), latent_dim, num_classes,
                             final_block="feature_extractor.conv5")

@@ -19,19 +19,25 @@ from __future__ import annotations
 
 import contextlib
 import math
+import sys
 from collections.abc import Iterator
 from typing import Literal
 
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torchvision.models.resnet import BasicBlock
 
 from bench.errors import BenchError
 
 BNStats = Literal["batch", "running"]
 _PARAMETER_FREE = (nn.ReLU, nn.MaxPool2d, nn.AvgPool2d, nn.Identity)
-_SUPPORTED = (nn.Sequential, BasicBlock, nn.Conv2d, nn.BatchNorm2d, *_PARAMETER_FREE)
+_SUPPORTED = (nn.Sequential, nn.Conv2d, nn.BatchNorm2d, *_PARAMETER_FREE)
+
+
+def _is_basic_block(module: nn.Module) -> bool:
+    """torchvision's ResNet ``BasicBlock``, without importing torchvision (a model holding one has)."""
+    resnet = sys.modules.get("torchvision.models.resnet")
+    return resnet is not None and isinstance(module, resnet.BasicBlock)
 
 
 def sliced_channels(channels: int, width: float) -> int:
@@ -45,7 +51,7 @@ def final_block(model: nn.Module, model_name: str) -> nn.Module:
     if block is None:
         raise BenchError(f"model {model_name!r} defines no final_block, which FedAlign needs; "
                          "see bench/models/slimmable.py for how a model declares one")
-    bad = sorted({type(m).__name__ for m in block.modules() if not isinstance(m, _SUPPORTED)
+    bad = sorted({type(m).__name__ for m in block.modules() if not (isinstance(m, _SUPPORTED) or _is_basic_block(m))
                   or (isinstance(m, nn.Conv2d) and (m.groups != 1 or m.padding_mode != "zeros"))})
     if bad:
         raise BenchError(f"the final block of model {model_name!r} contains module types that cannot be "
@@ -77,7 +83,7 @@ def slim_forward(module: nn.Module, x: torch.Tensor, width: float, bn_stats: BNS
 
     if isinstance(module, nn.Sequential):
         return run(*module)
-    if isinstance(module, BasicBlock):  # torchvision's forward, layer by layer
+    if _is_basic_block(module):  # torchvision's forward, layer by layer
         out = run(module.conv1, module.bn1, module.relu, module.conv2, module.bn2)
         identity = x if module.downsample is None else run(module.downsample)
         return run(module.relu, inp=out + identity)
