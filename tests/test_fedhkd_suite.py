@@ -65,3 +65,21 @@ def test_paper_profile_follows_the_protocol() -> None:
     t = cfg.training
     assert (t.rounds, t.local_epochs, t.batch_size, t.optimizer.name, t.optimizer.lr) == (50, 5, 64, "adam", 0.001)
     assert (t.lr_decay.every, t.lr_decay.factor, cfg.algorithm.params["mu"]) == (10, 0.5, 0.5)
+
+
+def test_smoke_profile_end_to_end(tmp_path: Path) -> None:
+    """The FedHKD pipeline's commands at smoke scale: partitions, figures, all methods, the paper report."""
+    from bench.cli import main
+
+    common = ["--params", str(PARAMS), "--root", str(tmp_path), "--data-dir", str(tmp_path / "data"),
+              "-S", "profile=smoke", "-S", "suite.base.tracking.mlflow=false"]
+    for command in (["suite", "partition"], ["suite", "figures"], ["suite", "train"], ["suite", "report"]):
+        assert main([*command, *common]) == 0, command
+    report = tmp_path / "reports" / "fedhkd-smoke"
+    assert (report / "paper-figures" / "figure1-m5.png").stat().st_size > 0
+    paper = (report / "paper.md").read_text()
+    for label in fedhkd.LABELS.values():
+        assert f"| {label} |" in paper
+    assert "### digits m=5 (paper m=10)" in paper and "### digits m=10 β=0.2" in paper
+    assert "| 11.209 |" not in paper and "11.209" in paper  # the paper's Params value beside ours
+    assert paper.count("**holds**") + paper.count("**fails**") + paper.count("not measured") >= 18
