@@ -2,8 +2,9 @@
 Params and Time columns, and the paper's claims checked on our results and on the paper's own.
 
 The paper module (``bench/suites/<paper>.py``, named by ``suite.paper`` in the params file)
-provides ``LABELS``, ``DATASETS``, ``columns(settings)``, ``paper_results()``, ``claims(results,
-paper_profile)`` and ``parameter_counts(suite)``.
+provides ``LABELS``, ``DATASETS``, ``PAPER_METHODS``, ``FOCUS`` (the proposed method),
+``columns(settings)``, ``paper_value(...)``, ``paper_results()``, ``claims(results, paper_profile)``
+and ``parameter_counts(suite)``.
 """
 from __future__ import annotations
 
@@ -56,12 +57,12 @@ class PaperResults:
     def time_ratio(self, method: str) -> float | None:
         return self.time_ratios.get(method)
 
-    def rank(self, method: str, column: Column, metric: str) -> int | None:
-        """1 + the number of methods strictly better in this cell."""
+    def rank(self, method: str, column: Column, metric: str, among: list[str] | None = None) -> int | None:
+        """1 + the number of methods (of ``among``, default all) strictly better in this cell."""
         mine = self.acc(method, column, metric)
         if mine is None:
             return None
-        others = [v for m in self.methods if (v := self.acc(m, column, metric)) is not None]
+        others = [v for m in among or self.methods if (v := self.acc(m, column, metric)) is not None]
         return 1 + sum(v > mine for v in others)
 
 
@@ -154,10 +155,10 @@ def paper_markdown(suite: Suite, table: dict[str, dict[str, dict]], pinned: dict
               "Ours counted from the paper-scale models and truncated to 3 decimals; the paper's Table 1 values "
               "beside them (the paper truncates one model's count before multiplying it, so FedProx and MOON "
               "can differ in the last digit).",
-              _table(["method"] + [f"{module.DATASETS[d]} ours | paper" for d in datasets],
-                     [[labels.get(m, m)] + [f"{math.floor(counts[m][d] / 1e3) / 1e3:.3f} | "
-                                             f"{_fmt(module.paper_value('table1', d, m, 'params_m'), 3)}"
-                                             for d in datasets] for m in suite.params.methods])]
+              _table(["method"] + [f"{module.DATASETS[d]} {who}" for d in datasets for who in ("ours", "paper")],
+                     [[labels.get(m, m)] + [cell for d in datasets for cell in (
+                         f"{math.floor(counts[m][d] / 1e3) / 1e3:.3f}",
+                         _fmt(module.paper_value("table1", d, m, "params_m"), 3))] for m in suite.params.methods])]
     parts += ["## Time per round, as a ratio to FedAvg",
               "Ours: training time per round (timing.json), mean over seeds and the Table-1 columns; paper: "
               "Table 1's Time column divided by FedAvg's, per dataset (absolute seconds are hardware-specific).",
@@ -166,6 +167,7 @@ def paper_markdown(suite: Suite, table: dict[str, dict[str, dict]], pinned: dict
                       + [_fmt(_ratio(module.paper_value("table1", d, m, "time_s"),
                                      module.paper_value("table1", d, "fedavg", "time_s")), 2) for d in datasets]
                       for m in suite.params.methods])]
+    parts += [ranking_section(module, columns, ours, paper)]
     ours_claims, paper_claims = module.claims(ours, paper_profile), module.claims(paper, True)
     verdict = {True: "**holds**", False: "**fails**", None: "not measured"}
     parts += ["## The paper's claims",
@@ -174,6 +176,26 @@ def paper_markdown(suite: Suite, table: dict[str, dict[str, dict]], pinned: dict
                      [[o.text, f"{verdict[p.holds]} ({p.evidence})", f"{verdict[o.holds]} ({o.evidence})"]
                       for o, p in zip(ours_claims, paper_claims)])]
     return "\n\n".join(parts) + "\n"
+
+
+def ranking_section(module: ModuleType, columns: list[Column], ours: PaperResults, paper: PaperResults) -> str:
+    """The proposed method's rank among the paper's methods in every cell, ours beside the paper's."""
+    focus, among = module.FOCUS, module.PAPER_METHODS
+    rows, mine, theirs = [], [], []
+    for column in columns:
+        for metric in METRICS:
+            rank = ours.rank(focus, column, metric, among)
+            printed = [paper.rank(focus, c, metric) for d, k in column.paper.items()
+                       if (c := _paper_column(paper, column.table, d, k)) is not None]
+            mine += [rank] if rank else []
+            theirs += [r for r in printed if r]
+            rows.append([column.label, metric, str(rank or "—"), " / ".join(str(r) for r in printed) or "—"])
+    label = module.LABELS[focus]
+    mean = lambda ranks: f"{sum(ranks) / len(ranks):.1f}" if ranks else "—"  # noqa: E731
+    return "\n\n".join([f"## {label}'s rank among the paper's {len(among)} methods",
+                         f"Mean rank: ours {mean(mine)}, the paper's {mean(theirs)} (1 = best; the paper's ranks are "
+                         "those of the columns each of ours stands for).",
+                         _table(["column", "accuracy", "ours", "paper"], rows)])
 
 
 def _ratio(a: float | None, b: float | None) -> float | None:
