@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from pydantic import BaseModel, ConfigDict, Field
 
-from bench.engine.aggregate import weighted_average
+from bench.engine.aggregate import copy_state, weighted_average
 from bench.engine.context import Context
 from bench.engine.state import Client, Server, Update
 from bench.errors import BenchError
@@ -70,7 +70,7 @@ class Algorithm:
     def broadcast(self, server: Server, client: Client) -> None:
         """Send the global model to the client (overwrites its weights and BN buffers)."""
         if server.model is not None:
-            client.model.load_state_dict(server.model.state_dict())
+            copy_state(client.model, server.model)
 
     def local_update(self, round_index: int, server: Server, client: Client) -> tuple[Update, float]:
         loss = self.ctx.local_train(client, round_index, self.local_loss)

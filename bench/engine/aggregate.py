@@ -23,3 +23,13 @@ def weighted_average(states: Sequence[dict[str, torch.Tensor]], weights: Sequenc
             acc.add_(state[key], alpha=w / total)
         out[key] = acc
     return out
+
+
+@torch.no_grad()
+def copy_state(dst: torch.nn.Module, src: torch.nn.Module) -> None:
+    """Copy ``src``'s parameters and buffers into ``dst`` in place (same architecture): what
+    ``dst.load_state_dict(src.state_dict())`` does, without its per-call bookkeeping."""
+    dst_state, src_state = dst.state_dict(), src.state_dict()
+    if dst_state.keys() != src_state.keys():
+        raise ValueError("copy_state needs two models of the same architecture")
+    torch._foreach_copy_(list(dst_state.values()), list(src_state.values()))

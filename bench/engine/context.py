@@ -86,11 +86,14 @@ class Context:
         return train.optimizer.lr * train.lr_decay.factor ** ((round_index - 1) // train.lr_decay.every)
 
     def client_optimizer(self, client: Client, round_index: int) -> torch.optim.Optimizer:
-        """The client's optimiser at this round's learning rate: kept across rounds when
-        ``optimizer.persistent``, else fresh."""
+        """The client's optimiser at this round's learning rate: its state (momentum, Adam moments)
+        kept across rounds when ``optimizer.persistent``, else reset — which is a fresh optimiser
+        over the same parameters, without the cost of building one every round."""
         lr = self.lr_at(round_index)
-        if client.optimizer is None or not self.config.training.optimizer.persistent:
+        if client.optimizer is None:
             client.optimizer = self.make_optimizer(client.model.parameters(), lr)
+        elif not self.config.training.optimizer.persistent:
+            client.optimizer.state.clear()
         for group in client.optimizer.param_groups:
             group["lr"] = lr
         return client.optimizer
