@@ -337,3 +337,13 @@ def test_data_dir_resolution(monkeypatch, tmp_path):
     assert resolve_data_dir() == (tmp_path / "env").resolve()
     monkeypatch.delenv("BENCH_DATA_DIR")
     assert resolve_data_dir() == Path("data").resolve()
+
+
+def test_synthetic32_is_fixed_and_shaped_like_cifar(tmp_path: Path) -> None:
+    from bench.data import load_dataset, prepare_dataset
+
+    a = load_dataset("synthetic32", tmp_path / "a")
+    prepare_dataset("synthetic32", tmp_path / "b")
+    b = load_dataset("synthetic32", tmp_path / "b")
+    assert a.sha256 == b.sha256 and a.image_shape == (3, 32, 32)
+    assert (len(a.train_y), len(a.test_y)) == (400, 200) and np.bincount(a.train_y).tolist() == [40] * 10

@@ -266,3 +266,23 @@ def test_run_many_parallel_logs_every_run_in_order(data_dir: Path, tmp_path: Pat
                                                                       ("2", "FINISHED")]
     serial = [run_experiment(RunRequest(c, tmp_path / f"r{c.seed}", data_dir), mlflow=False) for c in configs]
     assert metrics == serial  # results do not depend on the executor
+
+
+def test_fedprox_proximal_term_by_hand() -> None:
+    """local_loss = CE + (μ/2)·Σ‖w − w^t‖² over the trainable parameters (specs/dafkd.md §2.2)."""
+    from bench.algorithms.fedprox import FedProx, FedProxParams
+    from bench.engine.state import ClientData, Server
+
+    cfg = small_config(model={"name": "mlp", "kwargs": {"hidden": [3]}})
+    ctx = Context(cfg, (1, 8, 8), 10, torch.device("cpu"))
+    method = FedProx(FedProxParams(mu=0.3), ctx)
+    server = Server(model=ctx.build_model("server"))
+    client = Client(0, ClientData(*(torch.zeros(0),) * 4), ctx.build_model("client", 0))
+    method.broadcast(server, client)
+    with torch.no_grad():
+        for p in client.model.parameters():
+            p.add_(0.5)  # every weight moves by 0.5 from the global model
+    x, y = torch.randn(4, 1, 8, 8), torch.tensor([0, 1, 2, 3])
+    n = sum(p.numel() for p in client.model.parameters())
+    expected = F.cross_entropy(client.model(x)[1], y) + 0.3 / 2 * n * 0.25
+    torch.testing.assert_close(method.local_loss(client, x, y), expected)

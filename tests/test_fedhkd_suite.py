@@ -80,7 +80,7 @@ def test_smoke_profile_end_to_end(tmp_path: Path) -> None:
     paper = (report / "paper.md").read_text()
     for label in fedhkd.LABELS.values():
         assert f"| {label} |" in paper
-    assert "### digits m=5 (paper m=10)" in paper and "### digits m=10 β=0.2" in paper
+    assert "### m=5 (paper m=10)" in paper and "### m=10 β=0.2" in paper and "`synthetic32`" in paper
     assert "| FedAvg | 1.286 | 1.286 | 11.209 | 11.209 | 11.215 | 11.215 |" in paper  # Params: ours | paper
     assert "rank among the paper's 9 methods" in paper
     assert paper.count("**holds**") + paper.count("**fails**") + paper.count("not measured") >= 18

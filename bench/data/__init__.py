@@ -81,7 +81,7 @@ def load_dataset(name: str, data_dir: str | os.PathLike[str] | None = None) -> P
 
 
 def _load_builtin() -> None:
-    from bench.data import celeba, cifar, cinic, digits, mnist, svhn  # noqa: F401
+    from bench.data import celeba, cifar, cinic, digits, mnist, svhn, synthetic  # noqa: F401
 
 
 __all__ = ["DatasetSpec", "PreparedDataset", "register_dataset", "dataset_names", "get_dataset_spec",

@@ -105,13 +105,14 @@ def paper_markdown(suite: Suite, table: dict[str, dict[str, dict]], pinned: dict
     ours = our_results(suite, table, columns)
     paper = module.paper_results()
     paper_profile = all(len(c.paper) == 1 for c in columns)
+    dataset = suite.config(next(iter(suite.params.methods)), columns[0].setting, 0).dataset.name if columns else "?"
     labels = module.LABELS
     parts = [f"# {suite.params.suite.paper} — paper tables, suite `{suite.name}`",
              ("Each cell: our final-round accuracy (mean ± std over seeds "
               f"{suite.params.suite.seeds}), the pinned mean, the paper's value and the difference."
               if paper_profile else
-              "This profile runs the paper's methods and protocol on the embedded digits data, so its numbers "
-              "are not comparable with the paper's: each cell shows ours (mean ± std over seeds "
+              f"This profile runs the paper's methods and protocol on `{dataset}` instead of the "
+              "paper's datasets, so its numbers are not comparable with the paper's: each cell shows ours (mean ± std over seeds "
               f"{suite.params.suite.seeds}) and the pinned mean, and the paper's values of the columns it stands "
               f"for ({' / '.join(module.DATASETS.values())}) for orientation; the ranks (ours; paper per dataset) "
               "and the claims below are the comparison.")]

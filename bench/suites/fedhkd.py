@@ -2,9 +2,9 @@
 claims the report checks (specs/fedhkd.md §6, §6.1, §10).
 
 The ``paper`` profile's settings are the paper's columns (``svhn-m10`` … ``svhn-b5``). The ``proxy``
-and ``smoke`` profiles run on digits; their columns are analogues of the paper's (``m5``/``m10``/
-``m20`` for Table 1's 10/20/50 clients, ``m10-b0.2``/``m10-b5`` for Table 2), so they are compared
-with the paper by rank and by the paper's qualitative claims, not by value.
+(digits) and ``smoke`` (fabricated 3x32x32) profiles' columns are analogues of the paper's
+(``m5``/``m10``/``m20`` for Table 1's 10/20/50 clients, ``m10-b0.2``/``m10-b5`` for Table 2), so
+they are compared with the paper by rank and by the paper's qualitative claims, not by value.
 """
 from __future__ import annotations
 
@@ -53,9 +53,9 @@ def columns(settings: list[str]) -> list[Column]:
             out += [Column("table2", f"{DATASETS[dataset]} β={b}", f"{dataset}-b{b}", {dataset: f"b{b}"})
                     for b in TABLE2_BETAS]
     else:
-        out += [Column("table1", f"digits m={s[1:]} (paper m={m})", s, {d: str(m) for d in DATASETS})
+        out += [Column("table1", f"m={s[1:]} (paper m={m})", s, {d: str(m) for d in DATASETS})
                 for s, m in PROXY_TABLE1.items() if s in settings]
-        out += [Column("table2", f"digits m=10 β={b}", f"m10-b{b}", {d: f"b{b}" for d in ("cifar10", "svhn")})
+        out += [Column("table2", f"m=10 β={b}", f"m10-b{b}", {d: f"b{b}" for d in ("cifar10", "svhn")})
                 for b in TABLE2_BETAS if f"m10-b{b}" in settings]
     return [c for c in out if c.setting in settings]
 
