@@ -8,9 +8,13 @@ import argparse
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from bench.errors import BenchError, Diverged
 from bench.fileio import write_text
+
+if TYPE_CHECKING:
+    from bench.suites import Suite
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -90,7 +94,7 @@ def _algorithms(args: argparse.Namespace) -> int:
     return 0
 
 
-def _suite(args: argparse.Namespace):  # -> Suite
+def _suite(args: argparse.Namespace) -> Suite:
     from bench.suites import load_suite
 
     return load_suite(args.params, args.root, args.set)
