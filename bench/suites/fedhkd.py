@@ -93,8 +93,9 @@ def parameter_counts(suite: Suite) -> dict[str, dict[str, int]]:
             ctx = Context(cfg, spec.image_shape, spec.num_classes, torch.device("meta"))
             algorithm = get_algorithm(cfg.algorithm.name)
             instance = algorithm(algorithm.Params.model_validate(cfg.algorithm.params), ctx)
-            model = build_model(cfg.model.name, spec.image_shape, spec.num_classes, **cfg.model.kwargs)
-            out.setdefault(method, {})[dataset] = instance.resident_parameters(model)
+            with torch.device("meta"):  # shapes only: counting needs no initialised weights
+                model = build_model(cfg.model.name, spec.image_shape, spec.num_classes, **cfg.model.kwargs)
+                out.setdefault(method, {})[dataset] = instance.resident_parameters(model)
     return out
 
 
