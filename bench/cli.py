@@ -18,12 +18,12 @@ if TYPE_CHECKING:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from bench.config import load_config
-    from bench.engine.executor import RunRequest, run_experiment
+    from bench.experiment import load_config
+    from bench.runner.executor import RunRequest, run_experiment
 
     config = load_config(args.config, args.set)
     out = Path(args.out or f"runs/{config.name}-{config.sha256[:10]}")
-    request = RunRequest(config, out, args.data_dir, args.partition)
+    request = RunRequest(config, out, args.data_dir, args.partition, args.checkpoint_every, args.keep_checkpoint)
     if args.no_progress:
         metrics = run_experiment(request)
     else:
@@ -31,7 +31,7 @@ def _run(args: argparse.Namespace) -> int:
 
         with tqdm(total=config.training.rounds, desc=config.name, unit="round") as bar:
             def progress(t: int, row: dict[str, float]) -> None:
-                bar.update(1)
+                bar.update(t - bar.n)  # a resumed run starts past round 1
                 bar.set_postfix({k: f"{v:.4f}" for k, v in row.items() if k.endswith(("acc", "loss"))})
 
             metrics = run_experiment(request, progress)
@@ -59,8 +59,8 @@ def _data_list(args: argparse.Namespace) -> int:
 
 
 def _partition(args: argparse.Namespace) -> int:
-    from bench.config import build_config, load_config
-    from bench.engine.federation import partition_for
+    from bench.experiment import build_config, load_config
+    from bench.runner.federation import partition_for
     from bench.data import load_dataset
 
     config = load_config(args.config, args.set) if args.config else build_config({}, args.set)
@@ -102,7 +102,7 @@ def _suite(args: argparse.Namespace) -> Suite:
 
 def _suite_partition(args: argparse.Namespace) -> int:
     from bench.data import load_dataset
-    from bench.engine.federation import partition_for
+    from bench.runner.federation import partition_for
 
     suite = _suite(args)
     for setting in args.setting or list(suite.params.settings):
@@ -115,7 +115,7 @@ def _suite_partition(args: argparse.Namespace) -> int:
 
 def _suite_figures(args: argparse.Namespace) -> int:
     from bench.data import load_dataset
-    from bench.engine.federation import partition_for
+    from bench.runner.federation import partition_for
     from bench.report.partition_plots import plot_class_heatmap
 
     suite = _suite(args)
@@ -130,7 +130,7 @@ def _suite_figures(args: argparse.Namespace) -> int:
 
 
 def _suite_train(args: argparse.Namespace) -> int:
-    from bench.engine.executor import run_many
+    from bench.runner.executor import run_many
 
     suite = _suite(args)
     methods = args.method or list(suite.params.methods)
@@ -182,13 +182,18 @@ def build_parser() -> argparse.ArgumentParser:
 
     run = sub.add_parser("run", help="run one experiment from a YAML config",
                          description="Run one experiment and write config.yaml, metrics.json, curves.csv, "
-                                     "timing.json and provenance.json to --out; log it to MLflow.")
+                                     "records.csv, timing.json and provenance.json to --out; log it to MLflow. "
+                                     "A run killed part-way resumes from its last checkpoint in --out when the "
+                                     "same command is run again.")
     run.add_argument("config", type=Path, help="experiment YAML (see examples/)")
     run.add_argument("-S", "--set", **overrides)
     run.add_argument("--out", type=Path, help="output folder (default: runs/<name>-<config hash>)")
     run.add_argument("--data-dir", **data_dir)
     run.add_argument("--partition", type=Path, help="use this saved partition (must match the config)")
     run.add_argument("--no-progress", action="store_true", help="no progress bar")
+    run.add_argument("--checkpoint-every", type=int, default=1, metavar="K",
+                     help="write a checkpoint every K rounds (default 1; 0: never)")
+    run.add_argument("--keep-checkpoint", action="store_true", help="keep the checkpoint after the run finishes")
     run.set_defaults(func=_run)
 
     data = sub.add_parser("data", help="prepare or list datasets").add_subparsers(dest="data_command", required=True)

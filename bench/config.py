@@ -2,8 +2,9 @@
 
 A config is YAML; ``-S key.path=value`` overrides are applied before validation. Unknown keys,
 wrong types and invalid values raise :class:`~bench.errors.BenchError` with one message naming the
-key and what is allowed. Algorithm and partition parameters are flat keys validated by the
-parameter model that the algorithm or partition scheme registers.
+key and what is allowed. This module holds the schemas only and imports no other room; algorithm and
+partition parameters are flat keys that :func:`bench.experiment.build_config` validates against the
+parameter model the algorithm or partition scheme registers.
 """
 from __future__ import annotations
 
@@ -34,18 +35,14 @@ class PartitionConfig(BaseModel):
     num_clients: int = Field(10, ge=1)
     seed: int = Field(0, ge=0, description="partition seed; fixed per setting, shared by every method and run seed")
     local_test_fraction: float = Field(0.2, ge=0.0, lt=1.0)
+    validation_fraction: float = Field(0.0, ge=0.0, lt=1.0, description=(
+        "share of each client's train split held out as its validation split (val_acc), drawn with the "
+        "partition seed"))
 
     @property
     def scheme_params(self) -> dict[str, Any]:
         return dict(self.model_extra or {})
 
-    @model_validator(mode="after")
-    def _check_scheme(self) -> PartitionConfig:
-        from bench.data.partition import get_partitioner
-
-        params = _validate_params(get_partitioner(self.scheme).params, self.scheme_params)
-        object.__setattr__(self, "__pydantic_extra__", params)
-        return self
 
 
 class ModelConfig(Strict):
@@ -101,9 +98,16 @@ class PublicConfig(Strict):
 
 
 class EvaluationConfig(Strict):
-    every: int = Field(1, ge=1, description="evaluate every k rounds; the last 5 rounds are always evaluated")
-    global_model: bool = True
-    local_models: bool = True
+    """When and what the runner evaluates: rounds ``every``, ``every·2``, … plus the last ``last`` rounds
+    (the final round always); which models on which splits (the method may declare more)."""
+
+    every: int = Field(1, ge=1, description="evaluate every k rounds")
+    last: int = Field(5, ge=1, description="the last k rounds are always evaluated (the last-5 statistic needs "
+                                           "5; tables of final values need 1)")
+    global_model: bool = Field(True, description="the global model on the global test set (global_acc)")
+    local_models: bool = Field(True, description="each client's model on its local test split (local_acc)")
+    clients_on_global_test: bool = Field(False, description="each client's model on the global test set "
+                                                            "(client_global_acc: FedAL, FedAKD)")
     batch_size: int = Field(1024, ge=1)
 
 
@@ -117,13 +121,6 @@ class AlgorithmConfig(BaseModel):
     def params(self) -> dict[str, Any]:
         return dict(self.model_extra or {})
 
-    @model_validator(mode="after")
-    def _check_params(self) -> AlgorithmConfig:
-        from bench.algorithms import get_algorithm
-
-        params = _validate_params(get_algorithm(self.name).Params, self.params)
-        object.__setattr__(self, "__pydantic_extra__", params)
-        return self
 
 
 class TrackingConfig(Strict):
@@ -147,20 +144,6 @@ class ExperimentConfig(Strict):
     evaluation: EvaluationConfig = Field(default_factory=EvaluationConfig)
     tracking: TrackingConfig = Field(default_factory=TrackingConfig)
 
-    @model_validator(mode="after")
-    def _cross_checks(self) -> ExperimentConfig:
-        from bench.data import get_dataset_spec
-        from bench.models import get_model_entry
-
-        spec = get_dataset_spec(self.dataset.name)
-        for name in (self.model.name, *self.model.candidates):
-            if get_model_entry(name).kind != "classifier":
-                raise ValueError(f"model {name!r} is a {get_model_entry(name).kind}, not a classifier; "
-                                 "`bench models` lists the classifiers")
-        if self.partition.num_clients > spec.num_train:
-            raise ValueError(f"partition.num_clients={self.partition.num_clients} exceeds the {spec.num_train} "
-                             f"training samples of {spec.name}")
-        return self
 
     def to_dict(self) -> dict[str, Any]:
         return self.model_dump(mode="json")
@@ -171,19 +154,20 @@ class ExperimentConfig(Strict):
         return sha256_bytes(canonical_json(self.to_dict()).encode())
 
 
-def _validate_params(model: type[BaseModel], values: dict[str, Any]) -> dict[str, Any]:
-    """Validate flat parameters against a registered parameter model; the message names each key."""
+def validate_params(model: type[BaseModel], values: dict[str, Any], section: str) -> dict[str, Any]:
+    """Validate the flat parameters of ``section`` (``algorithm``, ``partition``) against the parameter
+    model its method or scheme registers, defaults filled in; a :class:`BenchError` names each key."""
     try:
         return model.model_validate(values).model_dump(mode="json")
     except ValidationError as exc:
         allowed = ", ".join(model.model_fields) or "none"
-        raise ValueError(describe_validation(exc, f" (allowed: {allowed})")) from None
+        raise BenchError(f"invalid config: {describe_validation(exc, f' (allowed: {allowed})', section)}") from None
 
 
-def describe_validation(exc: ValidationError, unknown_hint: str = "") -> str:
+def describe_validation(exc: ValidationError, unknown_hint: str = "", prefix: str = "") -> str:
     parts = []
     for err in exc.errors():
-        key = ".".join(str(p) for p in err["loc"])
+        key = ".".join(str(p) for p in ([prefix] if prefix else []) + list(err["loc"]))
         msg = err["msg"].removeprefix("Value error, ")
         if err["type"] == "extra_forbidden":
             msg = "unknown key" + unknown_hint
@@ -212,14 +196,6 @@ def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]
     return out
 
 
-def build_config(raw: dict[str, Any], overrides: list[str] | None = None) -> ExperimentConfig:
-    """Validate a raw config dict (plus overrides) into an :class:`ExperimentConfig`."""
-    raw = apply_overrides(raw or {}, overrides or [])
-    try:
-        return ExperimentConfig.model_validate(raw)
-    except ValidationError as exc:
-        raise BenchError(f"invalid config: {describe_validation(exc)}") from None
-
 
 def yaml_problem(exc: yaml.YAMLError) -> str:
     """One line saying what is wrong in a YAML file and where."""
@@ -240,7 +216,3 @@ def read_yaml_mapping(path: str | Path, what: str = "config file") -> dict[str, 
     if not isinstance(raw, dict):
         raise BenchError(f"{what} {path} must hold a mapping of sections, got {type(raw).__name__}")
     return raw
-
-
-def load_config(path: str | Path, overrides: list[str] | None = None) -> ExperimentConfig:
-    return build_config(read_yaml_mapping(path), overrides)

@@ -14,7 +14,7 @@ import torch.nn.functional as F
 
 from bench.data import load_dataset
 from bench.engine.context import Context
-from bench.engine.federation import partition_for, run_federation, to_tensor
+from bench.runner.federation import partition_for, run_federation, to_tensor
 from bench.engine.setup import configure_torch
 from tests.conftest import small_config
 

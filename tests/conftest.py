@@ -5,7 +5,8 @@ from typing import Any
 
 import pytest
 
-from bench.config import ExperimentConfig, build_config
+from bench.config import ExperimentConfig
+from bench.experiment import build_config
 from bench.data import prepare_dataset
 
 

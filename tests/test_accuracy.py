@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bench.engine.federation import run_federation
+from bench.runner.federation import run_federation
 from tests.conftest import small_config
 
 ROUNDS = 30

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from bench.cli import main
-from bench.config import build_config, load_config
+from bench.experiment import build_config, load_config
 from bench.errors import BenchError
 
 

@@ -13,8 +13,9 @@ from bench.algorithms.fedavg import FedAvg
 from bench.cli import main
 from bench.data import load_dataset
 from bench.engine.context import Context
-from bench.engine.executor import RunRequest, run_experiment
-from bench.engine.federation import run_federation, sample_clients, to_tensor
+from bench.engine.loop import Step
+from bench.runner.executor import RunRequest, run_experiment
+from bench.runner.federation import run_federation, sample_clients, to_tensor
 from bench.engine.state import Client
 from bench.errors import BenchError, Diverged
 from bench.fileio import write_text
@@ -33,7 +34,7 @@ def test_fedavg_with_one_client_is_centralised_training(data_dir: Path, optimize
     cfg = small_config(partition={"num_clients": 1, "local_test_fraction": 0.0},
                        training={"rounds": 3, "local_epochs": 2, "optimizer": optimizer})
     result = run_federation(cfg, data_dir)
-    server = result.extra["server"]
+    server = result.state.server
 
     data = load_dataset("digits", data_dir)
     x, y = to_tensor(data.train_x, data, torch.device("cpu")), torch.from_numpy(data.train_y)
@@ -55,10 +56,10 @@ def test_fedprox_with_mu_zero_is_fedavg(data_dir: Path) -> None:
     fedavg = run_federation(small_config(**common), data_dir)
     fedprox = run_federation(small_config(algorithm={"name": "fedprox", "mu": 0.0}, **common), data_dir)
     assert fedavg.curves == fedprox.curves
-    assert _state_equal(fedavg.extra["server"].model.state_dict(), fedprox.extra["server"].model.state_dict())
+    assert _state_equal(fedavg.state.server.model.state_dict(), fedprox.state.server.model.state_dict())
     # and a positive mu changes the result
     other = run_federation(small_config(algorithm={"name": "fedprox", "mu": 1.0}, **common), data_dir)
-    assert not _state_equal(fedavg.extra["server"].model.state_dict(), other.extra["server"].model.state_dict())
+    assert not _state_equal(fedavg.state.server.model.state_dict(), other.state.server.model.state_dict())
 
 
 def test_one_full_batch_round_is_one_large_batch_sgd_step(data_dir: Path) -> None:
@@ -77,7 +78,7 @@ def test_one_full_batch_round_is_one_large_batch_sgd_step(data_dir: Path) -> Non
     with torch.no_grad():
         for p in model.parameters():
             p -= 0.5 * p.grad
-    fed = result.extra["server"].model.state_dict()
+    fed = result.state.server.model.state_dict()
     for key, value in model.state_dict().items():
         torch.testing.assert_close(fed[key], value, rtol=0, atol=2e-6)
     assert not torch.equal(fed["classifier.weight"], ctx.build_model("server").state_dict()["classifier.weight"])
@@ -118,13 +119,9 @@ def test_local_steps_and_epochs_count_optimizer_steps(data_dir: Path) -> None:
 class _NaNAtRoundTwo(FedAvg):
     """FedAvg whose client 3 produces a NaN loss in round 2 (for the divergence test)."""
 
-    def local_loss(self, client: Client, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        loss = super().local_loss(client, x, y)
-        return loss * float("nan") if (self.round_now, client.cid) == (2, 3) else loss
-
-    def run_round(self, round_index: int, server, clients):  # type: ignore[no-untyped-def]
-        self.round_now = round_index
-        return super().run_round(round_index, server, clients)
+    def local_loss(self, step: Step, client: Client, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        loss = super().local_loss(step, client, x, y)
+        return loss * float("nan") if (step.round, client.cid) == (2, 3) else loss
 
 
 def test_divergence_stops_with_round_and_client_and_no_metrics(data_dir: Path, tmp_path: Path) -> None:
@@ -198,7 +195,7 @@ def test_heterogeneous_architectures_are_seeded_and_recorded(data_dir: Path, tmp
                        training={"rounds": 1})
     result = run_federation(cfg, data_dir)
     assert set(result.architectures) == {"cnn", "mlp"} and len(result.architectures) == 10
-    assert [type(c.model).__name__ for c in result.extra["clients"]] == \
+    assert [type(c.model).__name__ for c in result.state.clients] == \
         [{"cnn": "SmallCNN", "mlp": "MLP"}[a] for a in result.architectures]
     assert run_federation(cfg, data_dir).architectures == result.architectures
     run_experiment(RunRequest(cfg, tmp_path / "run", data_dir))
@@ -218,17 +215,17 @@ def test_lr_step_decay_and_grad_clip(data_dir: Path) -> None:
                                  "optimizer": {"lr": 1.0}})
     result = run_federation(cfg, data_dir)
     start = Context(cfg, (1, 8, 8), 10, torch.device("cpu")).build_model("server")
-    step = torch.cat([(a - b).flatten() for a, b in zip(result.extra["server"].model.parameters(),
+    step = torch.cat([(a - b).flatten() for a, b in zip(result.state.server.model.parameters(),
                                                          start.parameters())])
     assert 0 < step.norm() <= 0.01 + 1e-6  # lr 1 x gradient clipped to norm 0.01
 
 
 def test_public_set_is_unused_fixed_and_checked(data_dir: Path) -> None:
-    from bench.engine.federation import public_indices
+    from bench.runner.federation import public_indices
 
     cfg = small_config(partition={"scheme": "fedhkd", "alpha": 0.5, "local_test_fraction": 0.0}, public={"size": 50})
     result = run_federation(cfg, data_dir)
-    partition = result.extra["partition"]
+    partition = result.state.partition
     public = public_indices(cfg, partition, 1347)
     assert len(set(public.tolist())) == 50
     assert not set(public.tolist()) & set(np.concatenate(partition.train).tolist())
@@ -239,7 +236,7 @@ def test_public_set_is_unused_fixed_and_checked(data_dir: Path) -> None:
 
 def test_carved_public_set_is_part_of_the_partition(data_dir: Path, tmp_path: Path) -> None:
     cfg = small_config(public={"size": 100, "source": "carve"}, partition={"scheme": "dirichlet", "alpha": 0.5})
-    partition = run_federation(cfg, data_dir).extra["partition"]
+    partition = run_federation(cfg, data_dir).state.partition
     held = np.concatenate([*partition.train, *partition.local_test])
     assert len(partition.public) == 100 and len(held) == 1347 - 100
     assert not set(partition.public.tolist()) & set(held.tolist())
@@ -254,7 +251,7 @@ def test_carved_public_set_is_part_of_the_partition(data_dir: Path, tmp_path: Pa
 def test_run_many_parallel_logs_every_run_in_order(data_dir: Path, tmp_path: Path) -> None:
     import mlflow
 
-    from bench.engine.executor import run_many
+    from bench.runner.executor import run_many
 
     configs = [small_config(seed=s, training={"rounds": 1}, tracking={"mlflow": True, "experiment": "many"})
                for s in (3, 1, 2)]
@@ -271,13 +268,14 @@ def test_run_many_parallel_logs_every_run_in_order(data_dir: Path, tmp_path: Pat
 def test_fedprox_proximal_term_by_hand() -> None:
     """local_loss = CE + (μ/2)·Σ‖w − w^t‖² over the trainable parameters (specs/dafkd.md §2.2)."""
     from bench.algorithms.fedprox import FedProx, FedProxParams
-    from bench.engine.state import ClientData, Server
+    from bench.engine.loop import Step
+    from bench.engine.state import ClientData
 
     cfg = small_config(model={"name": "mlp", "kwargs": {"hidden": [3]}})
     ctx = Context(cfg, (1, 8, 8), 10, torch.device("cpu"))
     method = FedProx(FedProxParams(mu=0.3), ctx)
-    server = Server(model=ctx.build_model("server"))
-    client = Client(0, ClientData(*(torch.zeros(0),) * 4), ctx.build_model("client", 0))
+    server = method.init_server()
+    client = Client(0, ClientData(*(torch.zeros(0),) * 4), ctx.build_model("client", 0), method.init_client_state(0))
     method.broadcast(server, client)
     with torch.no_grad():
         for p in client.model.parameters():
@@ -285,4 +283,4 @@ def test_fedprox_proximal_term_by_hand() -> None:
     x, y = torch.randn(4, 1, 8, 8), torch.tensor([0, 1, 2, 3])
     n = sum(p.numel() for p in client.model.parameters())
     expected = F.cross_entropy(client.model(x)[1], y) + 0.3 / 2 * n * 0.25
-    torch.testing.assert_close(method.local_loss(client, x, y), expected)
+    torch.testing.assert_close(method.local_loss(Step(1, 0), client, x, y), expected)

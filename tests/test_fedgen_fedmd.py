@@ -11,7 +11,8 @@ from torch import nn
 
 from bench.algorithms.fedgen import diversity_loss, kd_weight, label_weights, teacher_loss
 from bench.algorithms.fedmd import distillation_loss
-from bench.engine.federation import run_federation
+from bench.engine.loop import Step
+from bench.runner.federation import run_federation
 from bench.errors import BenchError
 from bench.models import build_model
 from tests.conftest import small_config
@@ -65,7 +66,7 @@ def test_kd_weight_schedule() -> None:
 
 def test_fedgen_resident_parameters_are_model_plus_generator(data_dir: Path) -> None:
     result = run_federation(small_config(algorithm={"name": "fedgen"}, training={"rounds": 1}), data_dir)
-    algorithm, model = result.extra["algorithm"], result.extra["server"].model
+    algorithm, model = result.state.algorithm, result.state.server.model
     generator = build_model("fedgen_generator", (model.feature_dim,), 10)
     count = sum(p.numel() for p in model.parameters()) + sum(p.numel() for p in generator.parameters())
     assert algorithm.resident_parameters(model) == count
@@ -93,9 +94,9 @@ def test_fedmd_consensus_and_public_batch_matching(data_dir: Path) -> None:
     cfg = small_config(algorithm={"name": "fedmd"}, partition=FEDHKD_PARTITION, public={"size": 20},
                        training={"rounds": 1, "batch_size": 4, "drop_last": True})
     result = run_federation(cfg, data_dir)
-    algorithm, clients = result.extra["algorithm"], result.extra["clients"]
+    algorithm, clients = result.state.algorithm, result.state.clients
     public_x = algorithm.ctx.public_x
-    consensus = result.extra["server"].extra["consensus"]
+    consensus = result.state.server.state.consensus
     soft = []
     for c in clients:
         c.model.eval()
@@ -104,11 +105,11 @@ def test_fedmd_consensus_and_public_batch_matching(data_dir: Path) -> None:
 
     client = clients[0]  # 14 samples: 3 private batches of 4 per epoch; 5 public batches
     x, y = client.data.x[:4], client.data.y[:4]
-    client.extra["consensus"] = consensus
-    client.extra["step"] = 4  # second batch of the second epoch -> public batch 1
+    client.state.consensus = consensus
+    step = Step(round=2, index=4)  # second batch of the second epoch -> public batch 1
     ce = F.cross_entropy(client.model(x)[1], y)
     kl = distillation_loss(client.model(public_x[4:8])[1], consensus[4:8], 0.5, "paper")
-    assert torch.allclose(algorithm.local_loss(client, x, y), ce + 0.05 * kl)
+    assert torch.allclose(algorithm.local_loss(step, client, x, y), ce + 0.05 * kl)
 
 
 # -- both -----------------------------------------------------------------------------------------
@@ -120,11 +121,11 @@ def test_round_one_is_cross_entropy_only(data_dir: Path, name: str) -> None:
               "training": {"rounds": 1, "optimizer": {"name": "adam", "lr": 0.001}}}
     fedavg = run_federation(small_config(**common), data_dir)
     method = run_federation(small_config(algorithm={"name": name}, **common), data_dir)
-    assert _state_equal(fedavg.extra["server"].model.state_dict(), method.extra["server"].model.state_dict())
+    assert _state_equal(fedavg.state.server.model.state_dict(), method.state.server.model.state_dict())
     two = {**common, "training": {**common["training"], "rounds": 2}}
     fedavg = run_federation(small_config(**two), data_dir)
     method = run_federation(small_config(algorithm={"name": name}, **two), data_dir)
-    assert not _state_equal(fedavg.extra["server"].model.state_dict(), method.extra["server"].model.state_dict())
+    assert not _state_equal(fedavg.state.server.model.state_dict(), method.state.server.model.state_dict())
 
 
 @pytest.mark.parametrize("name,sections", [
@@ -138,7 +139,7 @@ def test_three_round_run_learns_and_is_reproducible(data_dir: Path, name: str, s
     first, second = run_federation(cfg, data_dir), run_federation(cfg, data_dir)
     assert first.curves[-1]["global_acc"] > 0.35  # chance is 0.1
     assert first.curves == second.curves
-    assert _state_equal(first.extra["server"].model.state_dict(), second.extra["server"].model.state_dict())
-    for key, value in first.extra["server"].extra.items():
+    assert _state_equal(first.state.server.model.state_dict(), second.state.server.model.state_dict())
+    for key, value in vars(first.state.server.state).items():
         if isinstance(value, nn.Module):
-            assert _state_equal(value.state_dict(), second.extra["server"].extra[key].state_dict())
+            assert _state_equal(value.state_dict(), getattr(second.state.server.state, key).state_dict())

@@ -11,12 +11,15 @@ from scipy.stats import norm
 from torch import nn
 
 from bench.algorithms import Algorithm, get_algorithm
-from bench.algorithms.fedhkd import classifier_distillation, dp_noise_std, gaussian_sigma_threshold
+from bench.algorithms.fedhkd import (Knowledge, KnowledgeUpdate, classifier_distillation, dp_noise_std,
+                                    gaussian_sigma_threshold)
+from bench.algorithms.fedproto import PrototypeUpdate, Prototypes
 from bench.engine.context import Context
-from bench.engine.federation import run_federation
+from bench.runner.federation import run_federation
 from bench.engine.knowledge import ClassStatistics, feature_alignment, last_writer_class_statistics
-from bench.engine.rng import numpy_stream
-from bench.engine.state import Client, ClientData, Server, Update
+from bench.rng import numpy_stream
+from bench.engine.loop import Step
+from bench.engine.state import Client, ClientData, Server
 from bench.errors import BenchError
 from tests.conftest import small_config
 
@@ -36,6 +39,7 @@ class Tiny(nn.Module):
 
 
 W = torch.tensor([[1.0, 0.0], [0.0, 2.0], [1.0, -1.0]])  # 3 classes, d = 2
+STEP = Step(round=2, index=0)
 
 
 def _algorithm(name: str = "fedhkd", num_classes: int = 3, in_dim: int = 2, **params: Any) -> Algorithm:
@@ -45,10 +49,10 @@ def _algorithm(name: str = "fedhkd", num_classes: int = 3, in_dim: int = 2, **pa
     return cls(cls.Params.model_validate(cfg.algorithm.params), ctx)
 
 
-def _client(model: nn.Module, x: torch.Tensor, y: torch.Tensor, knowledge: ClassStatistics | None = None) -> Client:
-    client = Client(0, ClientData(x, y, x[:0], y[:0]), model)
-    client.extra["knowledge"] = client.extra["prototypes"] = knowledge
-    return client
+def _client(model: nn.Module, x: torch.Tensor, y: torch.Tensor, knowledge: ClassStatistics | None = None,
+            name: str = "fedhkd") -> Client:
+    state = Knowledge(knowledge) if name == "fedhkd" else Prototypes(knowledge)
+    return Client(0, ClientData(x, y, x[:0], y[:0]), model, state)
 
 
 def _stats(features: list[list[float]], counts: list[int], soft: list[list[float]] | None = None) -> ClassStatistics:
@@ -103,10 +107,10 @@ def test_noise_scale_per_element_on_features_only() -> None:
 
 def _aggregate(hkd: Algorithm, round_index: int, local: list[ClassStatistics], previous: ClassStatistics | None = None
                ) -> ClassStatistics:
-    server = Server(model=Tiny(W), extra={"knowledge": previous})
+    server = Server(Tiny(W), Knowledge(previous))
     state = server.model.state_dict()
-    hkd.aggregate(round_index, server, [Update(i, 10, state, {"knowledge": k}) for i, k in enumerate(local)])
-    return server.extra["knowledge"]
+    hkd.aggregate(round_index, server, [KnowledgeUpdate(i, 10, state, k) for i, k in enumerate(local)])
+    return server.state.knowledge
 
 
 A = _stats([[1.0, 0.0], [0.0, 0.0], [2.0, 2.0]], [1, 0, 2], [[1, 0, 0], [0, 0, 0], [0, 0, 1]])
@@ -175,32 +179,32 @@ def test_local_loss_terms_and_fedhkd_star() -> None:
     ce = nn.functional.cross_entropy(x @ W.T, y)
     kd = classifier_distillation(Tiny(W).classifier, H, T, "l2", "classes")
     feat = feature_alignment(x, y, H, "l2")
-    full = _algorithm().local_loss(_client(Tiny(W), x, y, H), x, y)
+    full = _algorithm().local_loss(STEP, _client(Tiny(W), x, y, H), x, y)
     torch.testing.assert_close(full, ce + 0.05 * kd + 0.05 * feat)
-    star = _algorithm(gamma=0).local_loss(_client(Tiny(W), x, y, H), x, y)
+    star = _algorithm(gamma=0).local_loss(STEP, _client(Tiny(W), x, y, H), x, y)
     assert torch.equal(star, ce + 0.05 * kd)  # γ = 0 removes the feature term exactly
-    assert torch.equal(_algorithm().local_loss(_client(Tiny(W), x, y, None), x, y), ce)  # round 1: plain CE
+    assert torch.equal(_algorithm().local_loss(STEP, _client(Tiny(W), x, y, None), x, y), ce)  # round 1: plain CE
 
 
 # -- FedProto (§4) ------------------------------------------------------------------------------
 
 def test_fedproto_prototypes_and_loss_by_hand() -> None:
     proto = _algorithm("fedproto")
-    server = Server(model=Tiny(W))
+    server = Server(Tiny(W), Prototypes())
     state = server.model.state_dict()
-    proto.aggregate(2, server, [Update(0, 10, state, {"prototypes": A}), Update(1, 10, state, {"prototypes": B})])
-    c = server.extra["prototypes"]
+    proto.aggregate(2, server, [PrototypeUpdate(0, 10, state, A), PrototypeUpdate(1, 10, state, B)])
+    c = server.state.prototypes
     torch.testing.assert_close(c.features, torch.tensor([[13 / 4, 0.0], [0.0, 2.0], [2.0, 2.0]]))
     uniform = _algorithm("fedproto", proto_agg="uniform")
-    uniform.aggregate(2, server, [Update(0, 10, state, {"prototypes": A}), Update(1, 10, state, {"prototypes": B})])
-    torch.testing.assert_close(server.extra["prototypes"].features[0], torch.tensor([2.5, 0.0]))
+    uniform.aggregate(2, server, [PrototypeUpdate(0, 10, state, A), PrototypeUpdate(1, 10, state, B)])
+    torch.testing.assert_close(server.state.prototypes.features[0], torch.tensor([2.5, 0.0]))
 
     x = torch.tensor([[1.0, 1.0], [2.0, 0.0], [0.0, 0.0]])
     y = torch.tensor([0, 1, 2])
     ce = nn.functional.cross_entropy(x @ W.T, y)
     by_hand = ((x - c.features[y]) ** 2).sum(1).mean()  # (1/B)Σ‖h − C^y‖²
-    torch.testing.assert_close(proto.local_loss(_client(Tiny(W), x, y, c), x, y), ce + 0.05 * by_hand)
-    mse = _algorithm("fedproto", distance="mse").local_loss(_client(Tiny(W), x, y, c), x, y)
+    torch.testing.assert_close(proto.local_loss(STEP, _client(Tiny(W), x, y, c, "fedproto"), x, y), ce + 0.05 * by_hand)
+    mse = _algorithm("fedproto", distance="mse").local_loss(STEP, _client(Tiny(W), x, y, c, "fedproto"), x, y)
     torch.testing.assert_close(mse, ce + 0.05 * by_hand / 2)
 
 
@@ -216,7 +220,7 @@ def test_digits_run_learns_and_is_reproducible(data_dir: Path, algorithm: dict) 
     first, second = run_federation(cfg, data_dir), run_federation(cfg, data_dir)
     assert first.curves[-1]["global_acc"] > 0.5 and first.curves[-1]["local_acc"] > 0.5  # chance: 0.1
     assert first.curves == second.curves
-    a, b = first.extra["server"].model.state_dict(), second.extra["server"].model.state_dict()
+    a, b = first.state.server.model.state_dict(), second.state.server.model.state_dict()
     assert all(torch.equal(a[k], b[k]) for k in a)
 
 
@@ -224,7 +228,7 @@ def test_round_one_is_fedavg(data_dir: Path) -> None:
     one = {**RUN, "training": {**RUN["training"], "rounds": 1}}
     fedavg = run_federation(small_config(**one), data_dir)
     fedhkd = run_federation(small_config(algorithm={"name": "fedhkd"}, **one), data_dir)
-    a, b = fedavg.extra["server"].model.state_dict(), fedhkd.extra["server"].model.state_dict()
+    a, b = fedavg.state.server.model.state_dict(), fedhkd.state.server.model.state_dict()
     assert all(torch.equal(a[k], b[k]) for k in a)
 
 

@@ -14,7 +14,8 @@ from bench.algorithms.fedalign import (FedAlignParams, fedalign_backward, sqrt_t
 from bench.algorithms.moon import Moon, contrastive_loss
 from bench.data import load_dataset
 from bench.engine.context import Context
-from bench.engine.federation import run_federation, to_tensor
+from bench.engine.loop import Step
+from bench.runner.federation import run_federation, to_tensor
 from bench.engine.state import Client, ClientData
 from bench.errors import BenchError
 from bench.models import build_model
@@ -46,24 +47,24 @@ def test_moon_previous_model_is_global_at_round_one_then_the_last_local_model(da
     moon = Moon(Moon.Params(), ctx)
     server = moon.init_server()
     x, y = to_tensor(data.train_x[:64], data, ctx.device), torch.from_numpy(data.train_y[:64])
-    client = Client(0, ClientData(x, y, x, y), moon.init_client_model(0, server))
+    client = Client(0, ClientData(x, y, x, y), moon.init_client_model(0, server), moon.init_client_state(0))
 
     moon.broadcast(server, client)
-    prev, glob = client.extra["prev_model"], client.extra["global_model"]
+    prev, glob = client.state.prev_model, client.state.global_model
     assert _state_equal(prev.state_dict(), glob.state_dict())
     assert not prev.training and not any(p.requires_grad for p in prev.parameters())
     # prev = glob, so the two similarities are equal and ℓ_con = log 2 whatever z is
     client.model.train()
     ce = nn.functional.cross_entropy(client.model(x)[1], y)
-    assert (moon.local_loss(client, x, y) - ce).item() == pytest.approx(math.log(2), rel=1e-6)
+    assert (moon.local_loss(Step(1, 0), client, x, y) - ce).item() == pytest.approx(math.log(2), rel=1e-6)
 
     moon.local_update(1, server, client)
-    assert "prev_model" not in client.extra  # the frozen copies live only during local training
+    assert client.state.prev_model is None  # the frozen copies live only during local training
     trained = {k: v.clone() for k, v in client.model.state_dict().items()}
     server.model = ctx.build_model("other")
     moon.broadcast(server, client)
-    assert _state_equal(client.extra["prev_model"].state_dict(), trained)
-    assert _state_equal(client.extra["global_model"].state_dict(), server.model.state_dict())
+    assert _state_equal(client.state.prev_model.state_dict(), trained)
+    assert _state_equal(client.state.global_model.state_dict(), server.model.state_dict())
 
 
 # --------------------------------------------------------------------------- FedAlign pieces
@@ -153,4 +154,4 @@ def test_digits_run_learns_and_repeats_bitwise(data_dir: Path, method: str) -> N
     first, second = run_federation(cfg, data_dir), run_federation(cfg, data_dir)
     assert first.curves[-1]["global_acc"] > 0.5  # chance is 0.1
     assert first.curves == second.curves
-    assert _state_equal(first.extra["server"].model.state_dict(), second.extra["server"].model.state_dict())
+    assert _state_equal(first.state.server.model.state_dict(), second.state.server.model.state_dict())

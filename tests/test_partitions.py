@@ -29,7 +29,7 @@ from bench.data.partition import (
     register_partitioner,
 )
 from bench.data.prepared import PreparedDataset
-from bench.engine.rng import numpy_stream
+from bench.rng import numpy_stream
 from bench.errors import BenchError
 from bench.report.partition_plots import plot_class_bubbles, plot_class_heatmap, plot_client_summary, plot_partition
 

@@ -4,10 +4,16 @@ A round is ``broadcast -> local_update (per selected client, in client-id order)
 The FedAvg family overrides only the pieces that differ (usually :meth:`Algorithm.local_loss`);
 methods with other communication patterns (logits on a public set, generators, prototypes)
 override :meth:`Algorithm.run_round` and use the same :class:`~bench.engine.context.Context`.
+
+Each method declares its typed state: ``ClientState`` and ``ServerState`` (dataclasses deriving from
+:class:`~bench.engine.state.NoState`) and the messages its clients send (subclasses of
+:class:`~bench.engine.state.Update`); ``personal_parameters`` names the state-dict prefixes that stay
+with each client (never averaged, never overwritten by the broadcast; FL-bench's personal/shared
+split); :meth:`Algorithm.evaluations` declares which models are evaluated on which splits.
 """
 from __future__ import annotations
 
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Generic, Literal
 
 import torch
 import torch.nn.functional as F
@@ -15,7 +21,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from bench.engine.aggregate import copy_state, weighted_average
 from bench.engine.context import Context
-from bench.engine.state import Client, Server, Update
+from bench.engine.evaluation import CLIENT_GLOBAL_ACC, GLOBAL_ACC, LOCAL_ACC, VAL_ACC, Evaluation
+from bench.engine.loop import Step
+from bench.engine.state import Client, ClientStateT, NoState, Server, ServerStateT, Update
 from bench.errors import BenchError
 
 
@@ -25,10 +33,13 @@ class AlgorithmParams(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-class Algorithm:
+class Algorithm(Generic[ClientStateT, ServerStateT]):
     name: ClassVar[str] = ""
     Params: ClassVar[type[AlgorithmParams]] = AlgorithmParams
+    ClientState: ClassVar[type[NoState]] = NoState
+    ServerState: ClassVar[type[NoState]] = NoState
     has_global_model: ClassVar[bool] = True
+    personal_parameters: ClassVar[tuple[str, ...]] = ()  # state-dict key prefixes kept by each client
     resident_models: ClassVar[int] = 1  # copies of the client model held during local training
 
     def resident_parameters(self, model: torch.nn.Module) -> int:
@@ -42,10 +53,17 @@ class Algorithm:
 
     # -- set-up ---------------------------------------------------------------------------------
 
-    def init_server(self) -> Server:
-        return Server(model=self.ctx.build_model("server") if self.has_global_model else None)
+    def init_server(self) -> Server[ServerStateT]:
+        model = self.ctx.build_model("server") if self.has_global_model else None
+        return Server(model, self.init_server_state(model))
 
-    def init_client_model(self, cid: int, server: Server) -> torch.nn.Module:
+    def init_server_state(self, model: torch.nn.Module | None) -> ServerStateT:
+        return self.ServerState()  # type: ignore[return-value]
+
+    def init_client_state(self, cid: int) -> ClientStateT:
+        return self.ClientState()  # type: ignore[return-value]
+
+    def init_client_model(self, cid: int, server: Server[ServerStateT]) -> torch.nn.Module:
         """A client's model (its assigned architecture): a copy of the global model when there is one
         of the same architecture, else its own initialisation."""
         name = self.ctx.architectures[cid]
@@ -54,9 +72,16 @@ class Algorithm:
             model.load_state_dict(server.model.state_dict())
         return model
 
+    def shared_keys(self, model: torch.nn.Module) -> list[str] | None:
+        """The state-dict keys the server shares (None: all): every key not under ``personal_parameters``."""
+        if not self.personal_parameters:
+            return None
+        return [k for k in model.state_dict() if not k.startswith(self.personal_parameters)]
+
     # -- one round ------------------------------------------------------------------------------
 
-    def run_round(self, round_index: int, server: Server, clients: list[Client]) -> dict[str, float]:
+    def run_round(self, round_index: int, server: Server[ServerStateT],
+                  clients: list[Client[ClientStateT]]) -> dict[str, float]:
         """One communication round over the selected ``clients`` (sorted by id); returns metrics."""
         updates, losses = [], []
         for client in clients:
@@ -67,30 +92,45 @@ class Algorithm:
         self.aggregate(round_index, server, updates)
         return {"train_loss": sum(losses) / len(losses)}
 
-    def broadcast(self, server: Server, client: Client) -> None:
-        """Send the global model to the client (overwrites its weights and BN buffers)."""
+    def broadcast(self, server: Server[ServerStateT], client: Client[ClientStateT]) -> None:
+        """Send the global model to the client: its shared weights and BN buffers overwrite the client's."""
         if server.model is not None:
-            copy_state(client.model, server.model)
+            copy_state(client.model, server.model, self.shared_keys(server.model))
 
-    def local_update(self, round_index: int, server: Server, client: Client) -> tuple[Update, float]:
+    def local_update(self, round_index: int, server: Server[ServerStateT],
+                     client: Client[ClientStateT]) -> tuple[Update, float]:
         loss = self.ctx.local_train(client, round_index, self.local_loss)
         return Update(client.cid, client.data.num_samples, client.model.state_dict()), loss
 
-    def local_loss(self, client: Client, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    def local_loss(self, step: Step, client: Client[ClientStateT], x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """The per-batch local objective; plain cross-entropy by default."""
         _, logits = client.model(x)
         return F.cross_entropy(logits, y)
 
-    def aggregate(self, round_index: int, server: Server, updates: list[Update]) -> None:
+    def aggregate(self, round_index: int, server: Server[ServerStateT], updates: list[Update]) -> None:
         """Combine the clients' updates into the server state. Methods without one do nothing."""
 
-    # -- evaluation -----------------------------------------------------------------------------
+    # -- evaluation (PFLlib's per-method evaluation hook) ---------------------------------------
 
-    def global_model(self, server: Server) -> torch.nn.Module | None:
-        """The model evaluated on the global test set, if the method has one."""
+    def evaluations(self) -> list[Evaluation]:
+        """Which models are evaluated on which splits: from the config's ``evaluation`` section (the global
+        model only when the method has one; the validation split when the partition holds one out)."""
+        cfg = self.ctx.config
+        chosen = [(GLOBAL_ACC, cfg.evaluation.global_model and self.has_global_model),
+                  (LOCAL_ACC, cfg.evaluation.local_models),
+                  (CLIENT_GLOBAL_ACC, cfg.evaluation.clients_on_global_test),
+                  (VAL_ACC, cfg.partition.validation_fraction > 0)]
+        return [evaluation for evaluation, wanted in chosen if wanted]
+
+    def global_model(self, server: Server[ServerStateT]) -> torch.nn.Module | None:
+        """The model evaluated as the global model, if the method has one."""
         return server.model
 
-    def extra_metrics(self, server: Server, clients: list[Client]) -> dict[str, Any]:
+    def client_model(self, client: Client[ClientStateT]) -> torch.nn.Module:
+        """The model evaluated as the client's (its personalised model)."""
+        return client.model
+
+    def extra_metrics(self, server: Server[ServerStateT], clients: list[Client[ClientStateT]]) -> dict[str, Any]:
         return {}
 
 
@@ -98,23 +138,24 @@ class AveragingParams(AlgorithmParams):
     weighting: Literal["samples", "uniform"] = Field("samples", description="aggregation weights n_k or 1")
 
 
-class ParameterAveraging(Algorithm):
+class ParameterAveraging(Algorithm[ClientStateT, ServerStateT]):
     """The FedAvg server step shared by the FedAvg family:
     θ^{t+1} = Σ_{k∈S_t} (n_k / Σ_{j∈S_t} n_j) θ_k^t over the full state dict, BatchNorm running
     statistics included, ``num_batches_tracked`` copied (specs/fedhkd.md §4 and §11.3,
-    specs/dafkd.md §2.1). ``weighting: uniform`` is the unweighted mean some official code uses
-    (anchors.md §2.2)."""
+    specs/dafkd.md §2.1); personal parameters are not averaged. ``weighting: uniform`` is the unweighted
+    mean some official code uses (anchors.md §2.2)."""
 
     Params = AveragingParams
     params: AveragingParams
 
-    def init_server(self) -> Server:
+    def init_server(self) -> Server[ServerStateT]:
         if set(self.ctx.architectures) != {self.ctx.config.model.name}:
             raise BenchError(f"{self.name} averages parameters, so every client needs the architecture "
                              f"{self.ctx.config.model.name!r}; drop model.candidates")
         return super().init_server()
 
-    def aggregate(self, round_index: int, server: Server, updates: list[Update]) -> None:
+    def aggregate(self, round_index: int, server: Server[ServerStateT], updates: list[Update]) -> None:
         assert server.model is not None
         weights = [u.num_samples if self.params.weighting == "samples" else 1.0 for u in updates]
-        server.model.load_state_dict(weighted_average([u.state for u in updates], weights))
+        keys = self.shared_keys(server.model)
+        server.model.load_state_dict(weighted_average([u.state for u in updates], weights, keys), strict=keys is None)

@@ -28,8 +28,6 @@ Readings (Params fields):
 """
 from __future__ import annotations
 
-import math
-
 import torch
 import torch.nn.functional as F
 from pydantic import Field
@@ -37,8 +35,8 @@ from torch import nn
 
 from bench.algorithms import register_algorithm
 from bench.algorithms.base import AveragingParams, ParameterAveraging
+from bench.engine.loop import Step
 from bench.engine.state import Client, Server, Update
-from bench.errors import Diverged
 from bench.models.slimmable import BNStats, capture_block_io, final_block, slim_forward, sliced_channels
 
 
@@ -112,20 +110,13 @@ class FedAlign(ParameterAveraging):
         return server
 
     def local_update(self, round_index: int, server: Server, client: Client) -> tuple[Update, float]:
-        """The engine's local loop (seeded batches, optimiser, lr schedule) with FedAlign's two backward
-        passes and clip per step."""
-        ctx, model, data = self.ctx, client.model, client.data
-        block = final_block(model, ctx.architectures[client.cid])
-        optimizer = ctx.client_optimizer(client, round_index)
-        model.train()
-        losses = []
-        for idx in ctx.batch_indices(data.num_samples, client.cid, round_index):
-            optimizer.zero_grad(set_to_none=True)
-            ce, align = fedalign_backward(model, block, data.x[idx], data.y[idx], self.params)
-            if not math.isfinite(ce + align):
-                raise Diverged(round_index, client.cid)
-            if self.params.grad_clip is not None:
-                torch.nn.utils.clip_grad_norm_(model.parameters(), self.params.grad_clip)
-            optimizer.step()
-            losses.append(ce + align)
-        return Update(client.cid, data.num_samples, model.state_dict()), sum(losses) / max(len(losses), 1)
+        """The engine's client loop (seeded batches, optimiser, lr schedule) with FedAlign's two backward
+        passes and its own clip per step."""
+        block = final_block(client.model, self.ctx.architectures[client.cid])
+
+        def gradients(step: Step, batch: tuple[torch.Tensor, torch.Tensor]) -> float:
+            return sum(fedalign_backward(client.model, block, *batch, self.params))
+
+        loop = self.ctx.client_loop(client, round_index, grad_clip=self.params.grad_clip)
+        loss = loop.run_gradients(self.ctx.client_batches(client, round_index), gradients)
+        return Update(client.cid, client.data.num_samples, client.model.state_dict()), loss

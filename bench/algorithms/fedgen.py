@@ -31,6 +31,8 @@ Readings (FedGen's code where the spec is silent, as specs/dafkd.md §2.4 record
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 import torch.nn.functional as F
 from pydantic import Field
@@ -39,8 +41,9 @@ from torch.func import functional_call
 
 from bench.algorithms import register_algorithm
 from bench.algorithms.base import AveragingParams, ParameterAveraging
-from bench.engine.rng import torch_stream
-from bench.engine.state import Client, Server, Update
+from bench.engine.loop import Loop, Step
+from bench.engine.state import Client, NoState, Server, Update
+from bench.engine.streams import NoiseStream
 from bench.errors import BenchError
 from bench.models import build_model
 
@@ -90,10 +93,34 @@ def teacher_loss(head: nn.Module, head_states: list[dict[str, torch.Tensor]], la
                 * weights[y, u]).mean() for u, state in enumerate(head_states))
 
 
+@dataclass
+class GeneratorState(NoState):
+    """The server's generator G_w and its Adam optimiser (state kept across rounds)."""
+
+    generator: nn.Module | None = None
+    optimizer: torch.optim.Optimizer | None = None
+
+
+@dataclass
+class FedGenClient(NoState):
+    """What a client holds during local training: the received generator (frozen) and the label
+    counts c_{u,y} of the batches it trained on this round."""
+
+    generator: nn.Module | None = None
+    label_counts: torch.Tensor | None = None
+
+
+@dataclass
+class LabelCountUpdate(Update):
+    label_counts: torch.Tensor  # c_{u,y}, starting at 1 for every label
+
+
 @register_algorithm("fedgen")
-class FedGen(ParameterAveraging):
+class FedGen(ParameterAveraging[FedGenClient, GeneratorState]):
     Params = FedGenParams
     params: FedGenParams
+    ClientState = FedGenClient
+    ServerState = GeneratorState
 
     def _build_generator(self, feature_dim: int) -> nn.Module:
         p = self.params
@@ -105,49 +132,48 @@ class FedGen(ParameterAveraging):
         generator = self._build_generator(model.feature_dim)
         return super().resident_parameters(model) + sum(p.numel() for p in generator.parameters())
 
-    def init_server(self) -> Server:
-        server = super().init_server()
-        if not isinstance(getattr(server.model, HEAD, None), nn.Module) or not hasattr(server.model, "feature_dim"):
+    def init_server_state(self, model: nn.Module | None) -> GeneratorState:
+        if not isinstance(getattr(model, HEAD, None), nn.Module) or not hasattr(model, "feature_dim"):
             raise BenchError(f"fedgen needs a model with a `{HEAD}` head and a `feature_dim`; "
                              f"{self.ctx.config.model.name!r} has none")
-        generator = self._build_generator(server.model.feature_dim)
+        generator = self._build_generator(model.feature_dim)  # type: ignore[union-attr]
         p = self.params
-        server.extra["generator"] = generator
-        server.extra["generator_optimizer"] = torch.optim.Adam(generator.parameters(), lr=p.generator_lr,
-                                                               weight_decay=p.generator_weight_decay)
-        return server
+        return GeneratorState(generator, torch.optim.Adam(generator.parameters(), lr=p.generator_lr,
+                                                          weight_decay=p.generator_weight_decay))
 
     # -- client ---------------------------------------------------------------------------------
 
-    def broadcast(self, server: Server, client: Client) -> None:
+    def broadcast(self, server: Server[GeneratorState], client: Client[FedGenClient]) -> None:
         super().broadcast(server, client)
-        client.extra["generator"] = server.extra["generator"]
+        client.state.generator = server.state.generator
 
-    def local_update(self, round_index: int, server: Server, client: Client) -> tuple[Update, float]:
-        client.extra["generator"].eval()
-        client.extra.update(round=round_index, label_counts=torch.ones(self.ctx.num_classes, device=self.ctx.device),
-                            rng=torch_stream(self.ctx.seed, "fedgen-client", client.cid, round_index))
-        update, loss = super().local_update(round_index, server, client)
-        update.extra["label_counts"] = client.extra["label_counts"]
+    def local_update(self, round_index: int, server: Server[GeneratorState],
+                     client: Client[FedGenClient]) -> tuple[LabelCountUpdate, float]:
+        assert client.state.generator is not None
+        client.state.generator.eval()
+        client.state.label_counts = torch.ones(self.ctx.num_classes, device=self.ctx.device)
+        loss = self.ctx.local_train(client, round_index, self.local_loss,
+                                    rng=self.ctx.stream("fedgen-client", client.cid, round_index))
+        update = LabelCountUpdate(client.cid, client.data.num_samples, client.model.state_dict(),
+                                  client.state.label_counts)
+        client.state.generator = client.state.label_counts = None
         return update, loss
 
-    def _latents(self, generator: nn.Module, y: torch.Tensor, rng: torch.Generator) -> torch.Tensor:
-        noise = torch.rand(len(y), generator.noise_dim, generator=rng).to(self.ctx.device)
-        return generator(noise, y)
-
-    def local_loss(self, client: Client, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        client.extra["label_counts"] += torch.bincount(y, minlength=self.ctx.num_classes)
+    def local_loss(self, step: Step, client: Client[FedGenClient], x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        assert client.state.label_counts is not None and client.state.generator is not None and step.rng is not None
+        client.state.label_counts += torch.bincount(y, minlength=self.ctx.num_classes)
         _, logits = client.model(x)
         loss = F.cross_entropy(logits, y)
-        t = client.extra["round"]
+        t = step.round
         if t == 1:
             return loss
-        p, generator, rng = self.params, client.extra["generator"], client.extra["rng"]
+        p, generator = self.params, client.state.generator
+        noise = NoiseStream(step.rng, generator.noise_dim, self.ctx.device)
         head = getattr(client.model, HEAD)
         with torch.no_grad():
-            target = F.softmax(head(self._latents(generator, y, rng)), dim=1)
-            y_gen = torch.randint(self.ctx.num_classes, (p.gen_batch_size,), generator=rng).to(self.ctx.device)
-            latents = self._latents(generator, y_gen, rng)
+            target = F.softmax(head(generator(noise.batch(len(y)), y)), dim=1)
+            y_gen = torch.randint(self.ctx.num_classes, (p.gen_batch_size,), generator=step.rng).to(self.ctx.device)
+            latents = generator(noise.batch(len(y_gen)), y_gen)
         latent_kl = F.kl_div(F.log_softmax(logits, dim=1), target, reduction="batchmean")
         gen_ce = F.cross_entropy(head(latents), y_gen)
         gen_ratio = p.gen_batch_size / self.ctx.config.training.batch_size
@@ -156,33 +182,34 @@ class FedGen(ParameterAveraging):
 
     # -- server ---------------------------------------------------------------------------------
 
-    def aggregate(self, round_index: int, server: Server, updates: list[Update]) -> None:
+    def aggregate(self, round_index: int, server: Server[GeneratorState], updates: list[LabelCountUpdate]) -> None:  # type: ignore[override]
         self.train_generator(round_index, server, updates)
         super().aggregate(round_index, server, updates)
 
-    def train_generator(self, round_index: int, server: Server, updates: list[Update]) -> None:
+    def train_generator(self, round_index: int, server: Server[GeneratorState], updates: list[LabelCountUpdate]) -> None:
         """``generator_epochs`` × ``teacher_iters`` Adam steps on the teacher and diversity losses."""
         p = self.params
-        assert server.model is not None
-        generator, optimizer = server.extra["generator"], server.extra["generator_optimizer"]
+        generator, optimizer = server.state.generator, server.state.optimizer
+        assert server.model is not None and generator is not None and optimizer is not None
         for group in optimizer.param_groups:
             group["lr"] = p.generator_lr * p.generator_lr_decay ** (round_index - 1)
-        weights, qualified = label_weights(torch.stack([u.extra["label_counts"] for u in updates]))
+        weights, qualified = label_weights(torch.stack([u.label_counts for u in updates]))
         prefix = f"{HEAD}."
         head_states = [{k[len(prefix):]: v for k, v in u.state.items() if k.startswith(prefix)} for u in updates]
         head = getattr(server.model, HEAD)
         head_was_training = head.training
         head.eval()
         generator.train()
-        rng = torch_stream(self.ctx.seed, "fedgen-server", round_index)
-        params = list(generator.parameters())
-        for _ in range(p.generator_epochs * p.teacher_iters):
+        rng = self.ctx.stream("fedgen-server", round_index)
+        noise = NoiseStream(rng, generator.noise_dim, self.ctx.device)
+
+        def step_fn(step: Step, _: int) -> torch.Tensor:
             y = qualified[torch.randint(len(qualified), (p.server_batch_size,), generator=rng).to(qualified.device)]
-            noise = torch.rand(len(y), generator.noise_dim, generator=rng).to(self.ctx.device)
-            latents = generator(noise, y)
-            loss = (p.teacher_weight * teacher_loss(head, head_states, latents, y, weights)
-                    + p.diversity_weight * diversity_loss(noise, latents))
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward(inputs=params)
-            optimizer.step()
+            eps = noise.batch(len(y))
+            latents = generator(eps, y)
+            return (p.teacher_weight * teacher_loss(head, head_states, latents, y, weights)
+                    + p.diversity_weight * diversity_loss(eps, latents))
+
+        Loop(optimizer, list(generator.parameters()), round_index, "generator",
+             backward_inputs=True).run(range(p.generator_epochs * p.teacher_iters), step_fn)
         head.train(head_was_training)

@@ -41,6 +41,7 @@ rigorous DP (§3.3 (a)) is not implemented; the paper does not clip.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import torch
@@ -52,8 +53,9 @@ from bench.algorithms import register_algorithm
 from bench.algorithms.base import AveragingParams, ParameterAveraging
 from bench.engine.knowledge import (ClassStatistics, aggregate_class_statistics, class_statistics,
                                     feature_alignment, last_writer_class_statistics)
-from bench.engine.rng import numpy_stream, torch_stream
-from bench.engine.state import Client, Server, Update
+from bench.engine.loop import Step
+from bench.engine.state import Client, NoState, Server, Update
+from bench.rng import numpy_stream, torch_stream
 
 MODE_DEFAULTS: dict[str, dict[str, str]] = {
     "paper": {"kd_dist": "l2", "kd_norm": "classes", "feat_dist": "l2", "feat_norm": "batch",
@@ -113,20 +115,36 @@ def classifier_distillation(classifier: nn.Module, knowledge: ClassStatistics, t
     return per_class.sum() / (len(knowledge.counts) if normalise == "classes" else len(per_class))
 
 
+@dataclass
+class Knowledge(NoState):
+    """The global hyper-knowledge (𝓗^j, 𝓠^j, N^j): held by the server, received by each client
+    (None before the first aggregation)."""
+
+    knowledge: ClassStatistics | None = None
+
+
+@dataclass
+class KnowledgeUpdate(Update):
+    """A client's upload: its model and its local hyper-knowledge (h̃_i^j, q̄_i^j, N_i^j)."""
+
+    knowledge: ClassStatistics
+
+
 @register_algorithm("fedhkd")
-class FedHKD(ParameterAveraging):
+class FedHKD(ParameterAveraging[Knowledge, Knowledge]):
     Params = FedHKDParams
     params: FedHKDParams
+    ClientState = ServerState = Knowledge
     resident_models = 1  # Table 1: FedHKD holds one model
 
-    def broadcast(self, server: Server, client: Client) -> None:
+    def broadcast(self, server: Server[Knowledge], client: Client[Knowledge]) -> None:
         super().broadcast(server, client)
-        client.extra["knowledge"] = server.extra.get("knowledge")
+        client.state.knowledge = server.state.knowledge
 
-    def local_loss(self, client: Client, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    def local_loss(self, step: Step, client: Client[Knowledge], x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         features, logits = client.model(x)
         loss = F.cross_entropy(logits, y)
-        knowledge: ClassStatistics | None = client.extra.get("knowledge")
+        knowledge = client.state.knowledge
         if knowledge is None or not knowledge.present.any():  # round 1: plain CE
             return loss
         p = self.params
@@ -137,12 +155,13 @@ class FedHKD(ParameterAveraging):
             loss = loss + p.gamma * feature_alignment(features, y, knowledge, p.feat_dist, p.feat_norm)
         return loss
 
-    def local_update(self, round_index: int, server: Server, client: Client) -> tuple[Update, float]:
+    def local_update(self, round_index: int, server: Server[Knowledge],
+                     client: Client[Knowledge]) -> tuple[KnowledgeUpdate, float]:
         update, loss = super().local_update(round_index, server, client)
-        update.extra["knowledge"] = self.local_knowledge(client, round_index)
-        return update, loss
+        return KnowledgeUpdate(update.cid, update.num_samples, update.state,
+                               self.local_knowledge(client, round_index)), loss
 
-    def local_knowledge(self, client: Client, round_index: int) -> ClassStatistics:
+    def local_knowledge(self, client: Client[Knowledge], round_index: int) -> ClassStatistics:
         """The client's hyper-knowledge (h̃_i^j, q̄_i^j, N_i^j) of the classes it shares (§3.1–§3.3);
         the classes it does not share get count 0 and zeros."""
         p = self.params
@@ -163,16 +182,15 @@ class FedHKD(ParameterAveraging):
         return ClassStatistics(torch.where(rows, stats.features + noise.to(stats.features.device), 0.0),
                                torch.where(rows, stats.soft, 0.0), torch.where(shared, stats.counts, 0))
 
-    def aggregate(self, round_index: int, server: Server, updates: list[Update]) -> None:
+    def aggregate(self, round_index: int, server: Server[Knowledge], updates: list[KnowledgeUpdate]) -> None:  # type: ignore[override]
         super().aggregate(round_index, server, updates)
-        local = [u.extra["knowledge"] for u in updates]
+        local = [u.knowledge for u in updates]
         if self.params.hk_agg == "weighted":  # Eq. 9, recomputed every round
-            server.extra["knowledge"] = aggregate_class_statistics(local, "counts")
+            server.state.knowledge = aggregate_class_statistics(local, "counts")
         else:  # the code's dict.update over a random client order, persisting across rounds
             order = numpy_stream(self.ctx.seed, "hk-order", round_index).permutation(len(local))
-            server.extra["knowledge"] = last_writer_class_statistics([local[i] for i in order],
-                                                                     server.extra.get("knowledge"))
+            server.state.knowledge = last_writer_class_statistics([local[i] for i in order], server.state.knowledge)
 
-    def extra_metrics(self, server: Server, clients: list[Client]) -> dict[str, Any]:
-        knowledge = server.extra.get("knowledge")
+    def extra_metrics(self, server: Server[Knowledge], clients: list[Client[Knowledge]]) -> dict[str, Any]:
+        knowledge = server.state.knowledge
         return {"knowledge_classes": 0 if knowledge is None else int(knowledge.present.sum())}

@@ -26,6 +26,7 @@ Readings (the released code, specs/fedhkd.md §4 [C], where the paper is silent)
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Literal
 
 import torch
@@ -34,7 +35,8 @@ from pydantic import Field
 
 from bench.algorithms import register_algorithm
 from bench.algorithms.base import AveragingParams, ParameterAveraging
-from bench.engine.state import Client, Server, Update
+from bench.engine.loop import Step
+from bench.engine.state import Client, NoState, Server, Update
 from bench.errors import BenchError
 
 
@@ -60,10 +62,23 @@ def num_batches(n: int, batch_size: int, drop_last: bool) -> int:
     return n // size if drop_last else math.ceil(n / size)
 
 
+@dataclass
+class Consensus(NoState):
+    """The consensus C (N_pub × n): computed by the server, received by each client (None in round 1)."""
+
+    consensus: torch.Tensor | None = None
+
+
+@dataclass
+class SoftUpdate(Update):
+    soft: torch.Tensor  # Q(z_pub, T): the client's soft predictions on the whole public set
+
+
 @register_algorithm("fedmd")
-class FedMD(ParameterAveraging):
+class FedMD(ParameterAveraging[Consensus, Consensus]):
     Params = FedMDParams
     params: FedMDParams
+    ClientState = ServerState = Consensus
 
     @property
     def lambda_md(self) -> float:
@@ -71,33 +86,31 @@ class FedMD(ParameterAveraging):
             return self.params.lambda_md
         return 0.05 if self.params.mode == "paper" else 0.1
 
-    def init_server(self) -> Server:
+    def init_server(self) -> Server[Consensus]:
         if self.ctx.public_x is None:
             raise BenchError("fedmd distils on a public set: set public.size (the paper uses a client's local "
                              "train size)")
         return super().init_server()
 
-    def broadcast(self, server: Server, client: Client) -> None:
+    def broadcast(self, server: Server[Consensus], client: Client[Consensus]) -> None:
         super().broadcast(server, client)
-        client.extra["consensus"] = server.extra.get("consensus")
+        client.state.consensus = server.state.consensus
 
-    def local_update(self, round_index: int, server: Server, client: Client) -> tuple[Update, float]:
-        client.extra["step"] = 0
+    def local_update(self, round_index: int, server: Server[Consensus],
+                     client: Client[Consensus]) -> tuple[SoftUpdate, float]:
         update, loss = super().local_update(round_index, server, client)
-        update.extra["soft"] = self.soft_predictions(client.model)
-        return update, loss
+        return SoftUpdate(update.cid, update.num_samples, update.state, self.soft_predictions(client.model)), loss
 
-    def local_loss(self, client: Client, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        step = client.extra["step"]
-        client.extra["step"] += 1
+    def local_loss(self, step: Step, client: Client[Consensus], x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         _, logits = client.model(x)
         loss = F.cross_entropy(logits, y)
-        consensus = client.extra["consensus"]
+        consensus = client.state.consensus
         if consensus is None:
             return loss
         train = self.ctx.config.training
         public_x = self.ctx.public_x
-        b = step % num_batches(client.data.num_samples, train.batch_size, train.drop_last)
+        assert public_x is not None
+        b = step.index % num_batches(client.data.num_samples, train.batch_size, train.drop_last)
         if b >= num_batches(len(public_x), train.batch_size, train.drop_last):
             return loss
         size = min(train.batch_size, len(public_x))
@@ -117,6 +130,6 @@ class FedMD(ParameterAveraging):
         model.train(was_training)
         return soft
 
-    def aggregate(self, round_index: int, server: Server, updates: list[Update]) -> None:
-        server.extra["consensus"] = torch.stack([u.extra["soft"] for u in updates]).mean(0)
+    def aggregate(self, round_index: int, server: Server[Consensus], updates: list[SoftUpdate]) -> None:  # type: ignore[override]
+        server.state.consensus = torch.stack([u.soft for u in updates]).mean(0)
         super().aggregate(round_index, server, updates)

@@ -15,6 +15,7 @@ over the clients holding the class); ``distance: sq_l2`` (the spec's formula, de
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Literal
 
 import torch
@@ -24,7 +25,8 @@ from pydantic import Field
 from bench.algorithms import register_algorithm
 from bench.algorithms.base import AveragingParams, ParameterAveraging
 from bench.engine.knowledge import ClassStatistics, aggregate_class_statistics, class_statistics, feature_alignment
-from bench.engine.state import Client, Server, Update
+from bench.engine.loop import Step
+from bench.engine.state import Client, NoState, Server, Update
 
 
 class FedProtoParams(AveragingParams):
@@ -33,30 +35,42 @@ class FedProtoParams(AveragingParams):
     distance: Literal["sq_l2", "mse"] = Field("sq_l2", description="‖h − C^y‖², or that over d")
 
 
+@dataclass
+class Prototypes(NoState):
+    """The global prototypes C^j: held by the server, received by each client (None in round 1)."""
+
+    prototypes: ClassStatistics | None = None
+
+
+@dataclass
+class PrototypeUpdate(Update):
+    prototypes: ClassStatistics  # the client's class prototypes and counts
+
+
 @register_algorithm("fedproto")
-class FedProto(ParameterAveraging):
+class FedProto(ParameterAveraging[Prototypes, Prototypes]):
     Params = FedProtoParams
     params: FedProtoParams
+    ClientState = ServerState = Prototypes
 
-    def broadcast(self, server: Server, client: Client) -> None:
+    def broadcast(self, server: Server[Prototypes], client: Client[Prototypes]) -> None:
         super().broadcast(server, client)
-        client.extra["prototypes"] = server.extra.get("prototypes")
+        client.state.prototypes = server.state.prototypes
 
-    def local_loss(self, client: Client, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    def local_loss(self, step: Step, client: Client[Prototypes], x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         features, logits = client.model(x)
         loss = F.cross_entropy(logits, y)
-        prototypes: ClassStatistics | None = client.extra.get("prototypes")
+        prototypes = client.state.prototypes
         if prototypes is None or self.params.lam == 0:
             return loss
         return loss + self.params.lam * feature_alignment(features, y, prototypes, self.params.distance)
 
-    def local_update(self, round_index: int, server: Server, client: Client) -> tuple[Update, float]:
+    def local_update(self, round_index: int, server: Server[Prototypes],
+                     client: Client[Prototypes]) -> tuple[PrototypeUpdate, float]:
         update, loss = super().local_update(round_index, server, client)
-        update.extra["prototypes"] = class_statistics(client.model, client.data.x, client.data.y,
-                                                      self.ctx.num_classes)
-        return update, loss
+        return PrototypeUpdate(update.cid, update.num_samples, update.state,
+                               class_statistics(client.model, client.data.x, client.data.y, self.ctx.num_classes)), loss
 
-    def aggregate(self, round_index: int, server: Server, updates: list[Update]) -> None:
+    def aggregate(self, round_index: int, server: Server[Prototypes], updates: list[PrototypeUpdate]) -> None:  # type: ignore[override]
         super().aggregate(round_index, server, updates)
-        server.extra["prototypes"] = aggregate_class_statistics([u.extra["prototypes"] for u in updates],
-                                                                self.params.proto_agg)
+        server.state.prototypes = aggregate_class_statistics([u.prototypes for u in updates], self.params.proto_agg)

@@ -6,32 +6,44 @@ FedAvg. Default μ = 0.01 (specs/dafkd.md §2.2 [I]); FedHKD's tables use μ = 0
 """
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 import torch
 from pydantic import Field
 
 from bench.algorithms import register_algorithm
 from bench.algorithms.base import AveragingParams, ParameterAveraging
-from bench.engine.state import Client, Server
+from bench.engine.loop import Step
+from bench.engine.state import Client, NoState, Server
 
 
 class FedProxParams(AveragingParams):
     mu: float = Field(0.01, ge=0, description="proximal coefficient μ")
 
 
+@dataclass
+class FedProxClient(NoState):
+    global_params: list[torch.Tensor] = field(default_factory=list)  # w^t, as received this round
+
+
+def proximal_term(params: list[torch.Tensor], global_params: list[torch.Tensor]) -> torch.Tensor:
+    """‖w − w^t‖² over the trainable parameters."""
+    return sum(((w - w_t) ** 2).sum() for w, w_t in zip(params, global_params))  # type: ignore[return-value]
+
+
 @register_algorithm("fedprox")
-class FedProx(ParameterAveraging):
+class FedProx(ParameterAveraging[FedProxClient, NoState]):
     Params = FedProxParams
     params: FedProxParams
+    ClientState = FedProxClient
     resident_models = 2  # the local model and the frozen global copy w^t
 
-    def broadcast(self, server: Server, client: Client) -> None:
+    def broadcast(self, server: Server, client: Client[FedProxClient]) -> None:
         super().broadcast(server, client)
-        client.extra["global_params"] = [p.detach().clone() for p in client.model.parameters()]
+        client.state.global_params = [p.detach().clone() for p in client.model.parameters()]
 
-    def local_loss(self, client: Client, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        loss = super().local_loss(client, x, y)
+    def local_loss(self, step: Step, client: Client[FedProxClient], x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        loss = super().local_loss(step, client, x, y)
         if self.params.mu == 0:
             return loss
-        proximal = sum(((w - w_t) ** 2).sum() for w, w_t in zip(client.model.parameters(),
-                                                                client.extra["global_params"]))
-        return loss + 0.5 * self.params.mu * proximal
+        return loss + 0.5 * self.params.mu * proximal_term(list(client.model.parameters()), client.state.global_params)

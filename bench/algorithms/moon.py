@@ -21,6 +21,7 @@ Readings:
 from __future__ import annotations
 
 import copy
+from dataclasses import dataclass
 from typing import Literal
 
 import torch
@@ -30,7 +31,8 @@ from torch import nn
 
 from bench.algorithms import register_algorithm
 from bench.algorithms.base import AveragingParams, ParameterAveraging
-from bench.engine.state import Client, Server, Update
+from bench.engine.loop import Step
+from bench.engine.state import Client, NoState, Server, Update
 
 
 class MoonParams(AveragingParams):
@@ -46,10 +48,19 @@ def contrastive_loss(z: torch.Tensor, z_glob: torch.Tensor, z_prev: torch.Tensor
     return F.cross_entropy(logits / temperature, torch.zeros(len(z), dtype=torch.long, device=z.device))
 
 
+@dataclass
+class MoonClient(NoState):
+    """The frozen copies, held only during local training."""
+
+    global_model: nn.Module | None = None  # the global model received this round
+    prev_model: nn.Module | None = None  # the model this client produced at its previous participation
+
+
 @register_algorithm("moon")
-class Moon(ParameterAveraging):
+class Moon(ParameterAveraging[MoonClient, NoState]):
     Params = MoonParams
     params: MoonParams
+    ClientState = MoonClient
     resident_models = 3  # the local model and the frozen global and previous copies
 
     def _frozen(self, model: nn.Module) -> nn.Module:
@@ -59,24 +70,25 @@ class Moon(ParameterAveraging):
             p.grad = None  # deepcopy also copies the last step's .grad
         return copied.train(self.params.frozen_mode == "train")
 
-    def broadcast(self, server: Server, client: Client) -> None:
-        client.extra["prev_model"] = self._frozen(client.model)
+    def broadcast(self, server: Server, client: Client[MoonClient]) -> None:
+        client.state.prev_model = self._frozen(client.model)
         super().broadcast(server, client)
-        client.extra["global_model"] = self._frozen(client.model)
+        client.state.global_model = self._frozen(client.model)
 
-    def local_update(self, round_index: int, server: Server, client: Client) -> tuple[Update, float]:
+    def local_update(self, round_index: int, server: Server, client: Client[MoonClient]) -> tuple[Update, float]:
         """Local training; the frozen copies are held only meanwhile."""
         try:
             return super().local_update(round_index, server, client)
         finally:
-            del client.extra["prev_model"], client.extra["global_model"]
+            client.state.prev_model = client.state.global_model = None
 
-    def local_loss(self, client: Client, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    def local_loss(self, step: Step, client: Client[MoonClient], x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         z, logits = client.model(x)
         loss = F.cross_entropy(logits, y)
         if self.params.mu == 0:
             return loss
+        assert client.state.global_model is not None and client.state.prev_model is not None
         with torch.no_grad():
-            z_glob, _ = client.extra["global_model"](x)
-            z_prev, _ = client.extra["prev_model"](x)
+            z_glob, _ = client.state.global_model(x)
+            z_prev, _ = client.state.prev_model(x)
         return loss + self.params.mu * contrastive_loss(z, z_glob, z_prev, self.params.temperature)

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from bench.data import DatasetSpec, register_dataset
+from bench.data.registry import DatasetSpec, register_dataset
 from bench.data.download import REMOTE_FILES, fetch, parsing, prepared_from_raw, raw_dir
 from bench.data.prepared import PreparedDataset
 from bench.errors import BenchError

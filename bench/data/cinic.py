@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from bench.data import DatasetSpec, register_dataset
+from bench.data.registry import DatasetSpec, register_dataset
 from bench.data.download import fetch, parsing, prepared_from_raw
 from bench.data.prepared import PreparedDataset
 from bench.errors import BenchError

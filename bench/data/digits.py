@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.data import DatasetSpec, register_dataset
+from bench.data.registry import DatasetSpec, register_dataset
 from bench.data.prepared import PreparedDataset
 
 SPLIT_SEED = 0

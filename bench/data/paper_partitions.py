@@ -22,7 +22,7 @@ from bench.data.partition import (
     _dirichlet_per_class,
     register_partitioner,
 )
-from bench.engine.rng import numpy_stream
+from bench.rng import numpy_stream
 from bench.errors import BenchError
 
 # ----------------------------------------------------------------------------------------------

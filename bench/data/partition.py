@@ -21,7 +21,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from bench.data.prepared import PreparedDataset
-from bench.engine.rng import numpy_stream
+from bench.rng import numpy_stream
 from bench.errors import BenchError
 from bench.fileio import canonical_json, sha256_array, sha256_bytes, write_json, write_npy
 
@@ -76,19 +76,14 @@ def register_partitioner(scheme: str, params: type[SchemeParams],
 
 
 def get_partitioner(scheme: str) -> Partitioner:
-    _load_builtin()
     if scheme not in _PARTITIONERS:
         raise BenchError(f"unknown partition scheme {scheme!r}; available: {', '.join(sorted(_PARTITIONERS))}")
     return _PARTITIONERS[scheme]
 
 
 def partition_schemes() -> list[str]:
-    _load_builtin()
     return sorted(_PARTITIONERS)
 
-
-def _load_builtin() -> None:
-    from bench.data import paper_partitions  # noqa: F401
 
 
 # ----------------------------------------------------------------------------------------------
@@ -356,7 +351,7 @@ def build_partition(dataset_name: str, scheme: str, num_clients: int, seed: int,
                     params: dict[str, Any] | None = None, local_test_fraction: float = 0.0,
                     data_dir: str | Path | None = None) -> Partition:
     """Partition the prepared dataset ``dataset_name`` (loaded from ``data_dir``)."""
-    from bench.data import load_dataset
+    from bench.data.registry import load_dataset
 
     return partition_dataset(load_dataset(dataset_name, data_dir), scheme, num_clients, seed, params,
                              local_test_fraction)

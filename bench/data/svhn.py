@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import scipy.io
 
-from bench.data import DatasetSpec, register_dataset
+from bench.data.registry import DatasetSpec, register_dataset
 from bench.data.download import fetch, parsing, prepared_from_raw
 from bench.data.prepared import PreparedDataset
 

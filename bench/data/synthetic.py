@@ -10,9 +10,9 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.data import DatasetSpec, register_dataset
+from bench.data.registry import DatasetSpec, register_dataset
 from bench.data.prepared import PreparedDataset
-from bench.engine.rng import numpy_stream
+from bench.rng import numpy_stream
 
 SEED = 0
 NUM_TRAIN, NUM_TEST, NUM_CLASSES = 400, 200, 10

@@ -1,24 +1,28 @@
-"""What the engine gives an algorithm: batches, optimisers, the local training loop, evaluation.
+"""What the engine gives an algorithm: models, optimisers, batch streams, the training loop,
+evaluation.
 
 Algorithms call these; they never seed, load data, pick devices or log (DESIGN.md, room
-``engine``).
+``engine``). The runner (:mod:`bench.runner`) builds one :class:`Context` per run.
 """
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import cached_property
+from typing import Literal
 
 import torch
 from torch import nn
 
 from bench.config import ExperimentConfig
-from bench.engine.rng import torch_stream
+from bench.engine.loop import Loop, Step
 from bench.engine.state import Client
-from bench.errors import Diverged
+from bench.engine.streams import SharedBatches, epoch_batches
 from bench.models import assign_architectures, build_model
+from bench.rng import torch_stream
 
-LossFn = Callable[[Client, torch.Tensor, torch.Tensor], torch.Tensor]
+LossFn = Callable[[Step, Client, torch.Tensor, torch.Tensor], torch.Tensor]
+"""``(step, client, x, y) -> loss``: a method's per-batch local objective."""
 
 
 @dataclass
@@ -45,28 +49,33 @@ class Context:
                             key=("init", *key), **self.config.model.kwargs)
         return model.to(self.device)
 
-    # -- batches -------------------------------------------------------------------------------
+    # -- streams -------------------------------------------------------------------------------
+
+    def stream(self, *key: int | str) -> torch.Generator:
+        """The run's torch RNG stream ``key`` (e.g. ``("fedgen-client", cid, round)``)."""
+        return torch_stream(self.seed, *key)
 
     def batch_indices(self, n: int, *key: int | str) -> Iterator[torch.Tensor]:
-        """Mini-batch index tensors for one local training pass: ``local_epochs`` seeded permutations
-        (or as many as ``local_steps`` needs), cut into batches of ``batch_size``. A client with fewer
-        samples than one batch trains on all of them as one batch even with ``drop_last``."""
+        """Mini-batch index tensors for one local training pass over ``n`` samples from the stream
+        ``("batches", *key)``: ``local_epochs`` seeded permutations (or as many as ``local_steps``
+        needs), cut into batches of ``batch_size``."""
         train = self.config.training
-        gen = torch_stream(self.seed, "batches", *key)
-        size = min(train.batch_size, n)
-        steps_left = train.local_steps
-        epochs_left = train.local_epochs if steps_left is None else None
-        while (steps_left is None or steps_left > 0) and (epochs_left is None or epochs_left > 0):
-            perm = torch.randperm(n, generator=gen).to(self.device)
-            stop = n - n % size if train.drop_last else n
-            for start in range(0, stop, size):
-                yield perm[start:start + size]
-                if steps_left is not None:
-                    steps_left -= 1
-                    if steps_left == 0:
-                        return
-            if epochs_left is not None:
-                epochs_left -= 1
+        return epoch_batches(n, train.batch_size, train.drop_last, torch_stream(self.seed, "batches", *key),
+                             self.device, epochs=None if train.local_steps is not None else train.local_epochs,
+                             steps=train.local_steps)
+
+    def client_batches(self, client: Client, round_index: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        """The client's train batches ``(x, y)`` of ``round_index``."""
+        data = client.data
+        for idx in self.batch_indices(data.num_samples, client.cid, round_index):
+            yield data.x[idx], data.y[idx]
+
+    def shared_public(self, batch_size: int | None = None, *key: int | str) -> SharedBatches:
+        """The public set as a lockstep stream: iteration i gives every client the same batch."""
+        if self.public_x is None:
+            raise ValueError("this run has no public set (public.size is 0)")
+        return SharedBatches(self.public_x, batch_size or self.config.training.batch_size, self.seed,
+                             ("public", *key), self.config.training.drop_last)
 
     # -- optimisation --------------------------------------------------------------------------
 
@@ -98,28 +107,20 @@ class Context:
             group["lr"] = lr
         return client.optimizer
 
-    def local_train(self, client: Client, round_index: int, loss_fn: LossFn) -> float:
-        """Run the client's local epochs/steps minimising ``loss_fn(client, x, y)``; return the mean
-        batch loss. Raises :class:`Diverged` when the loss is not finite."""
-        model, data = client.model, client.data
-        optimizer = self.client_optimizer(client, round_index)
-        clip = self.config.training.grad_clip
-        model.train()
-        total = torch.zeros((), device=self.device)
-        steps = 0
-        for idx in self.batch_indices(data.num_samples, client.cid, round_index):
-            loss = loss_fn(client, data.x[idx], data.y[idx])
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            if clip is not None:
-                torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
-            optimizer.step()
-            total += loss.detach()
-            steps += 1
-        mean = float(total) / max(steps, 1)
-        if not torch.isfinite(total):
-            raise Diverged(round_index, client.cid)
-        return mean
+    def client_loop(self, client: Client, round_index: int, rng: torch.Generator | None = None,
+                    grad_clip: float | None | Literal["config"] = "config") -> Loop:
+        """The loop training the client's model with its optimiser this round (``training.grad_clip``
+        unless ``grad_clip`` is given; None: no clipping); the model is put in train mode."""
+        client.model.train()
+        return Loop(self.client_optimizer(client, round_index), list(client.model.parameters()), round_index,
+                    client.cid, self.config.training.grad_clip if grad_clip == "config" else grad_clip, rng)
+
+    def local_train(self, client: Client, round_index: int, loss_fn: LossFn,
+                    rng: torch.Generator | None = None) -> float:
+        """The client's local epochs/steps minimising ``loss_fn(step, client, x, y)``; the mean batch
+        loss. Raises :class:`~bench.errors.Diverged` when the loss is not finite."""
+        return self.client_loop(client, round_index, rng).run(
+            self.client_batches(client, round_index), lambda step, batch: loss_fn(step, client, *batch))
 
     # -- evaluation ----------------------------------------------------------------------------
 

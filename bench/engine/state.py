@@ -1,13 +1,16 @@
-"""Explicit run state: everything a run needs to continue lives in these objects.
+"""Typed run state: everything a run needs to continue lives in these objects.
 
-``Client`` and ``Server`` hold models, optimiser state and method-specific state (``extra``);
-RNG streams are not stored because every stream is a pure function of ``(seed, key)``
-(:mod:`bench.engine.rng`), so the round index is enough to continue a run.
+A :class:`Client` holds its data, its model, its optimiser and its method's typed state; the
+:class:`Server` holds the global model (when the method has one) and the method's typed server state.
+Each method declares its state and messages as dataclasses (subclasses of :class:`NoState` and
+:class:`Update`), so a checkpoint of these objects is the complete state of a run. RNG streams are
+not stored: every stream is a pure function of ``(seed, key)`` (:mod:`bench.rng`), so the round
+index is enough to continue.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
+from typing import Generic, TypeVar
 
 import torch
 from torch import nn
@@ -15,12 +18,15 @@ from torch import nn
 
 @dataclass
 class ClientData:
-    """A client's data as in-memory tensors on the run's device (float images, int64 labels)."""
+    """A client's data as in-memory tensors on the run's device (float images, int64 labels): its
+    train split, its local test split and (when the partition holds one out) its validation split."""
 
     x: torch.Tensor
     y: torch.Tensor
     test_x: torch.Tensor
     test_y: torch.Tensor
+    val_x: torch.Tensor | None = None
+    val_y: torch.Tensor | None = None
 
     @property
     def num_samples(self) -> int:
@@ -28,25 +34,34 @@ class ClientData:
 
 
 @dataclass
-class Client:
-    cid: int
-    data: ClientData
-    model: nn.Module
-    optimizer: torch.optim.Optimizer | None = None  # kept across rounds only when the config says so
-    extra: dict[str, Any] = field(default_factory=dict)
+class NoState:
+    """A method's per-client or server state; methods subclass it with typed fields."""
+
+
+ClientStateT = TypeVar("ClientStateT", bound=NoState)
+ServerStateT = TypeVar("ServerStateT", bound=NoState)
 
 
 @dataclass
-class Server:
-    model: nn.Module | None = None  # the global model, for methods that have one
-    extra: dict[str, Any] = field(default_factory=dict)
+class Client(Generic[ClientStateT]):
+    cid: int
+    data: ClientData
+    model: nn.Module
+    state: ClientStateT
+    optimizer: torch.optim.Optimizer | None = None  # its state kept across rounds only when the config says so
+
+
+@dataclass
+class Server(Generic[ServerStateT]):
+    model: nn.Module | None  # the global model, for methods that have one
+    state: ServerStateT
 
 
 @dataclass
 class Update:
-    """What a client sends the server after local training."""
+    """What a client sends the server after local training: its model's state dict (methods that
+    send more subclass this with typed fields)."""
 
     cid: int
     num_samples: int
-    state: dict[str, torch.Tensor] = field(default_factory=dict)
-    extra: dict[str, Any] = field(default_factory=dict)
+    state: dict[str, torch.Tensor]

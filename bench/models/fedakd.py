@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from torch import nn
 
-from bench.models import register_model
+from bench.models.registry import register_model
 from bench.models.layers import BodyHead
 
 

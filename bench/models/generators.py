@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from bench.models import GENERATOR, register_model
+from bench.models.registry import GENERATOR, register_model
 
 
 class FeatureGenerator(nn.Module):

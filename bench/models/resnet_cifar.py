@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from bench.models import register_model
+from bench.models.registry import register_model
 from bench.models.layers import BodyHead, GlobalAvgPool
 
 

@@ -24,8 +24,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from bench.config import ExperimentConfig, apply_overrides, build_config, describe_validation, read_yaml_mapping
-from bench.engine.executor import RunRequest
+from bench.config import ExperimentConfig, apply_overrides, describe_validation, read_yaml_mapping
+from bench.experiment import build_config
+from bench.runner.executor import RunRequest
 from bench.errors import BenchError
 
 

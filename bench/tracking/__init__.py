@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import csv
+import hashlib
 import io
 import json
 import math
@@ -19,9 +20,19 @@ import yaml
 from bench.fileio import sha256_file, write_json, write_text
 
 
+def source_sha256() -> str:
+    """sha256 over the package's Python sources (paths and contents): the code a run ran, with or
+    without git."""
+    package = Path(__file__).resolve().parents[1]
+    digest = hashlib.sha256()
+    for path in sorted(package.rglob("*.py")):
+        digest.update(path.relative_to(package).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
 @lru_cache(maxsize=1)
 def code_version() -> dict[str, str]:
-    """Git commit (with a ``-dirty`` suffix for uncommitted changes) and the uv.lock hash."""
+    """Git commit (with a ``-dirty`` suffix for uncommitted changes), the source hash and the uv.lock hash."""
     root = Path(__file__).resolve().parents[2]
     try:
         commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True,
@@ -32,7 +43,8 @@ def code_version() -> dict[str, str]:
     except (OSError, subprocess.CalledProcessError):
         commit = "unknown"
     lock = root / "uv.lock"
-    return {"git_commit": commit, "uv_lock_sha256": sha256_file(lock) if lock.exists() else "unknown"}
+    return {"git_commit": commit, "code_sha256": source_sha256(),
+            "uv_lock_sha256": sha256_file(lock) if lock.exists() else "unknown"}
 
 
 def environment() -> dict[str, str]:
@@ -62,13 +74,29 @@ def curves_csv(curves: list[dict[str, float]]) -> str:
     return buf.getvalue()
 
 
+RECORDS_HEADER = ("round", "metric", "client", "value")
+
+
+def records_csv(records: list[tuple[int, str, int | None, float]]) -> str:
+    """``records.csv``: one row per recorded value — ``round,metric,client,value``, client empty for
+    run-level values (the global model, the train loss), in the order the run recorded them."""
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(RECORDS_HEADER)
+    writer.writerows((r, metric, "" if client is None else client, repr(float(value)))
+                     for r, metric, client, value in records)
+    return buf.getvalue()
+
+
 def write_run(result: Any, out_dir: str | Path) -> Path:
-    """Write config.yaml, curves.csv, provenance.json, timing.json and — last, so its presence means
-    success — metrics.json. ``metrics.json`` holds no wall-clock values, so a re-run gives it bitwise."""
+    """Write config.yaml, curves.csv, records.csv, provenance.json, timing.json and — last, so its
+    presence means success — metrics.json. ``metrics.json`` holds no wall-clock values, so a re-run
+    gives it bitwise."""
     out = Path(out_dir)
     cfg = result.config
     write_text(out / "config.yaml", yaml.safe_dump(cfg.to_dict(), sort_keys=True))
     write_text(out / "curves.csv", curves_csv(result.curves))
+    write_text(out / "records.csv", records_csv(result.records))
     write_json(out / "provenance.json", provenance(result))
     write_json(out / "timing.json", result.timing)
     (out / "failure.json").unlink(missing_ok=True)

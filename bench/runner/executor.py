@@ -14,35 +14,46 @@ from pathlib import Path
 from typing import Any
 
 from bench.config import ExperimentConfig
-from bench.engine.federation import ProgressFn, run_federation
+from bench.runner.checkpoint import remove_checkpoint
+from bench.runner.federation import ProgressFn, run_federation
 from bench.errors import BenchError, Diverged
 from bench.tracking import log_mlflow, write_failure, write_run
 
 
 @dataclass(frozen=True)
 class RunRequest:
+    """One run and how to execute it: where its records go, its data and partition, and its
+    checkpoints (every ``checkpoint_every`` rounds, 0: never; removed when the run finishes unless
+    ``keep_checkpoint``). Execution settings never change a result, so they are not in the config."""
+
     config: ExperimentConfig
     out_dir: Path
     data_dir: Path | None = None
     partition_dir: Path | None = None
+    checkpoint_every: int = 1
+    keep_checkpoint: bool = False
 
 
 def run_experiment(request: RunRequest, progress: ProgressFn | None = None, mlflow: bool = True) -> dict[str, Any]:
     """Run one experiment, write its records to ``out_dir`` (and, unless ``mlflow`` is False or the
     config says otherwise, log them to MLflow); return metrics.json's content.
 
-    A diverged run writes ``failure.json`` (never ``metrics.json``), is marked FAILED in MLflow and
-    re-raises :class:`Diverged`."""
+    A run whose folder holds a checkpoint of the same run resumes from it. A diverged run writes
+    ``failure.json`` (never ``metrics.json``), is marked FAILED in MLflow and re-raises :class:`Diverged`."""
     cfg = request.config
     log = mlflow and cfg.tracking.mlflow
     try:
-        result = run_federation(cfg, request.data_dir, request.partition_dir, progress)
+        result = run_federation(cfg, request.data_dir, request.partition_dir, progress,
+                                Path(request.out_dir) if request.checkpoint_every else None, request.checkpoint_every)
     except Diverged as exc:
         write_failure(request.out_dir, cfg, str(exc))
+        remove_checkpoint(request.out_dir)
         if log:
             log_mlflow(cfg, request.out_dir)
         raise
     write_run(result, request.out_dir)
+    if not request.keep_checkpoint:
+        remove_checkpoint(request.out_dir)
     if log:
         log_mlflow(cfg, request.out_dir)
     return json.loads((Path(request.out_dir) / "metrics.json").read_text())

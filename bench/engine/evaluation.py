@@ -1,0 +1,30 @@
+"""Declared evaluations: which model is evaluated on which split, under which record name.
+
+A method declares its evaluations (:meth:`bench.algorithms.base.Algorithm.evaluations`); the runner
+evaluates them on the scheduled rounds and writes one record per value (per client for client
+models) to ``records.csv``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+ModelRole = Literal["global", "client"]
+Split = Literal["global_test", "local_test", "validation"]
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """``metric``: the record name; ``model``: the global model (one value) or each client's model (one
+    value per client); ``split``: the global test set, the client's local test split or its validation
+    split."""
+
+    metric: str
+    model: ModelRole
+    split: Split
+
+
+GLOBAL_ACC = Evaluation("global_acc", "global", "global_test")
+LOCAL_ACC = Evaluation("local_acc", "client", "local_test")
+CLIENT_GLOBAL_ACC = Evaluation("client_global_acc", "client", "global_test")
+VAL_ACC = Evaluation("val_acc", "client", "validation")

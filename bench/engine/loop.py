@@ -1,0 +1,110 @@
+"""The training loop primitive every method trains with: clients' local updates, server-side
+distillation, generator training, two-optimiser (adversarial) loops.
+
+A loop runs a *step function* over a batch stream; the step function receives the step's
+:class:`Step` (round, index, the loop's RNG stream) and a batch and returns the loss to minimise.
+:func:`apply_step` is the one place where gradients are applied (zero, backward, clip, step), and the
+loop is the one place where divergence is detected: a non-finite loss raises
+:class:`~bench.errors.Diverged` naming the round and who was training.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+import torch
+from torch import nn
+
+from bench.errors import Diverged
+
+B = TypeVar("B")
+
+
+@dataclass(frozen=True)
+class Step:
+    """What a step function knows about its step: the communication round (1-based), the step's index
+    within this loop (0-based) and the loop's own seeded RNG stream, if it was given one."""
+
+    round: int
+    index: int
+    rng: torch.Generator | None = None
+
+
+StepFn = Callable[[Step, B], torch.Tensor]
+"""``(step, batch) -> loss``: the loss to minimise (the loop backpropagates it)."""
+GradientFn = Callable[[Step, B], float]
+"""``(step, batch) -> loss value`` for methods that compute their own gradients (several backward
+passes, FedAlign): the gradients are in ``.grad`` when it returns."""
+
+
+def apply_step(loss: torch.Tensor | None, optimizer: torch.optim.Optimizer, params: Sequence[torch.Tensor],
+               grad_clip: float | None = None, backward_inputs: Sequence[torch.Tensor] | None = None) -> None:
+    """One optimiser step: backpropagate ``loss`` (None: ``.grad`` is already filled), clip the
+    gradient norm of ``params`` to ``grad_clip``, step. Gradients were zeroed before the forward pass."""
+    if loss is not None:
+        loss.backward(inputs=list(backward_inputs) if backward_inputs is not None else None)
+    if grad_clip is not None:
+        torch.nn.utils.clip_grad_norm_(params, grad_clip)
+    optimizer.step()
+
+
+@dataclass
+class Loop(Generic[B]):
+    """Trains ``params`` with ``optimizer`` over ``batches``; ``who`` names the trainer in a
+    divergence message (a client id, ``"server"``, ``"generator"``)."""
+
+    optimizer: torch.optim.Optimizer
+    params: list[torch.Tensor]
+    round: int
+    who: int | str
+    grad_clip: float | None = None
+    rng: torch.Generator | None = None
+    backward_inputs: bool = False  # backpropagate into ``params`` only (frozen teachers get no .grad)
+
+    def run(self, batches: Iterable[B], step_fn: StepFn[B]) -> float:
+        """Minimise ``step_fn`` over ``batches``; return the mean loss over steps."""
+        return self._run(batches, step_fn, own_gradients=False)
+
+    def run_gradients(self, batches: Iterable[B], gradient_fn: GradientFn[B]) -> float:
+        """As :meth:`run`, for a step function that fills ``.grad`` itself and returns the loss value."""
+        return self._run(batches, gradient_fn, own_gradients=True)
+
+    def _run(self, batches: Iterable[B], fn: Callable[[Step, B], torch.Tensor | float], own_gradients: bool) -> float:
+        total: torch.Tensor | float = 0.0
+        steps = 0
+        inputs = self.params if self.backward_inputs else None
+        for batch in batches:
+            self.optimizer.zero_grad(set_to_none=True)
+            loss = fn(Step(self.round, steps, self.rng), batch)
+            if own_gradients:
+                apply_step(None, self.optimizer, self.params, self.grad_clip)
+                total += float(loss)
+            else:
+                assert isinstance(loss, torch.Tensor)
+                apply_step(loss, self.optimizer, self.params, self.grad_clip, inputs)
+                total = loss.detach() if steps == 0 else total + loss.detach()
+            steps += 1
+        total = float(total)
+        if total != total or total in (float("inf"), float("-inf")):
+            raise Diverged(self.round, self.who)
+        return total / max(steps, 1)
+
+
+def adversarial_loop(batches: Iterable[B], discriminator: Loop[B], d_step: StepFn[B], generator: Loop[B],
+                     g_step: StepFn[B], d_steps: int = 1) -> tuple[float, float]:
+    """Two optimisers taking turns on each batch (GAN-style; DaFKD's generator against the
+    per-client discriminators, FedAL's server discriminator): ``d_steps`` discriminator steps, then one
+    generator step. Each side is its own :class:`Loop` (optimiser, parameters, clipping); returns the
+    mean discriminator and generator losses."""
+    d_losses, g_losses = [], []
+    for batch in batches:
+        d_losses.append(discriminator.run([batch] * d_steps, d_step))
+        g_losses.append(generator.run([batch], g_step))
+    n = max(len(d_losses), 1)
+    return sum(d_losses) / n, sum(g_losses) / n
+
+
+def parameters(*models: nn.Module) -> list[torch.Tensor]:
+    """The trainable parameters of ``models``, in order."""
+    return [p for m in models for p in m.parameters() if p.requires_grad]

@@ -1,0 +1,247 @@
+"""The federation loop: build clients and server, run rounds, evaluate on schedule, record every
+per-client value, checkpoint, resume."""
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from bench.algorithms import Algorithm, get_algorithm
+from bench.config import ExperimentConfig
+from bench.data import load_dataset
+from bench.data.partition import Partition, load_partition, partition_dataset
+from bench.data.prepared import PreparedDataset
+from bench.engine.context import Context
+from bench.engine.evaluation import Evaluation
+from bench.engine.setup import configure_torch
+from bench.engine.state import Client, ClientData, Server
+from bench.errors import BenchError
+from bench.rng import numpy_stream
+from bench.runner.checkpoint import Checkpoint, ClientSnapshot, Record, load_checkpoint, save_checkpoint
+from bench.tracking import code_version
+
+LAST_K = 5
+SUMMARY_METRICS = ("global_acc", "local_acc", "client_global_acc", "val_acc", "train_loss")
+ProgressFn = Callable[[int, dict[str, float]], None]
+
+
+@dataclass
+class RunState:
+    """The live objects of a finished run (for tests and notebooks; never written)."""
+
+    partition: Partition
+    algorithm: Algorithm
+    server: Server
+    clients: list[Client]
+
+
+@dataclass
+class RunResult:
+    config: ExperimentConfig
+    dataset_sha256: str
+    partition_sha256: str
+    curves: list[dict[str, float]]  # one row per round; NaN where not evaluated
+    records: list[Record]  # every evaluated value, per client for client models
+    timing: dict[str, float]
+    device: str
+    architectures: list[str]
+    state: RunState
+
+    def summary(self) -> dict[str, Any]:
+        """Final-round value, mean of the last 5 rounds and (secondary) best over rounds per metric."""
+        out: dict[str, Any] = {"final": {}, f"last{LAST_K}_mean": {}, "best": {}, "best_round": {}}
+        for metric in SUMMARY_METRICS:
+            values = np.array([row.get(metric, math.nan) for row in self.curves], dtype=float)
+            if np.isnan(values).all():
+                continue
+            out["final"][metric] = float(values[-1])
+            out[f"last{LAST_K}_mean"][metric] = float(np.nanmean(values[-LAST_K:]))
+            if metric.endswith("acc"):
+                out["best"][metric] = float(np.nanmax(values))
+                out["best_round"][metric] = int(np.nanargmax(values)) + 1
+        return out
+
+
+def partition_for(config: ExperimentConfig, data: PreparedDataset, partition_dir: str | Path | None) -> Partition:
+    """The config's partition: loaded from ``partition_dir`` (and checked to match) or built."""
+    p = config.partition
+    carve = config.public.size if config.public.source == "carve" else 0
+    if partition_dir is not None:
+        built = load_partition(partition_dir)
+        expected = (p.scheme, p.num_clients, p.seed, p.scheme_params, carve)
+        found = (built.scheme, built.num_clients, built.seed, built.params,
+                 0 if built.public is None else len(built.public))
+        if expected != found:
+            raise BenchError(f"partition at {partition_dir} was made with {found}, but the config asks for "
+                             f"{expected}; re-create it with `bench partition` or drop --partition")
+        return built
+    return partition_dataset(data, p.scheme, p.num_clients, p.seed, p.scheme_params, p.local_test_fraction, carve)
+
+
+def public_indices(config: ExperimentConfig, partition: Partition, num_train: int) -> np.ndarray:
+    """``public.size`` training images held by no client (their train or local test), drawn with the
+    partition seed so every method and run seed sees the same public set, in a fixed order: the
+    partition's carved public set, or a draw from the images it leaves unused."""
+    if config.public.source == "carve":
+        assert partition.public is not None and len(partition.public) == config.public.size
+        return partition.public
+    used = np.concatenate([*partition.train, *(partition.local_test if partition.local_test_source == "train"
+                                               else [])])
+    pool = np.setdiff1d(np.arange(num_train), used)
+    if len(pool) < config.public.size:
+        raise BenchError(f"public.size={config.public.size} but only {len(pool)} training images are held by no "
+                         "client; lower public.size or use a partition that leaves data unused")
+    return numpy_stream(config.partition.seed, "public").choice(pool, size=config.public.size, replace=False)
+
+
+def validation_split(config: ExperimentConfig, cid: int, train: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(train, validation)``: ``partition.validation_fraction`` of the client's train indices held out,
+    drawn with the partition seed (so every method and run seed holds out the same images)."""
+    fraction = config.partition.validation_fraction
+    if fraction == 0 or len(train) < 2:
+        return train, train[:0]
+    held = np.zeros(len(train), dtype=bool)
+    count = min(len(train) - 1, max(1, round(fraction * len(train))))
+    held[numpy_stream(config.partition.seed, "validation", cid).permutation(len(train))[:count]] = True
+    return train[~held], train[held]
+
+
+def to_tensor(images: np.ndarray, data: PreparedDataset, device: torch.device) -> torch.Tensor:
+    """uint8 N x C x H x W -> normalised float32 on ``device``."""
+    x = torch.from_numpy(images).to(device=device, dtype=torch.float32).div_(255.0)
+    mean = torch.tensor(data.mean, device=device).view(1, -1, 1, 1)
+    std = torch.tensor(data.std, device=device).view(1, -1, 1, 1)
+    return (x - mean) / std
+
+
+def evaluation_rounds(config: ExperimentConfig) -> set[int]:
+    """Rounds ``every``, ``2·every``, … and the last ``evaluation.last`` rounds (the final one always)."""
+    rounds, ev = config.training.rounds, config.evaluation
+    return set(range(ev.every, rounds + 1, ev.every)) | set(range(max(1, rounds - ev.last + 1), rounds + 1))
+
+
+def sample_clients(config: ExperimentConfig, round_index: int) -> list[int]:
+    """Clients taking part in ``round_index``: all, or a seeded sample of ``fraction`` (sorted)."""
+    n = config.partition.num_clients
+    if config.participation.fraction >= 1.0:
+        return list(range(n))
+    k = max(1, round(config.participation.fraction * n))
+    chosen = numpy_stream(config.seed, "participation", round_index).choice(n, size=k, replace=False)
+    return sorted(int(c) for c in chosen)
+
+
+def _split(client: Client, split: str, test_x: torch.Tensor, test_y: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+    data = client.data
+    return {"global_test": (test_x, test_y), "local_test": (data.test_x, data.test_y),
+            "validation": (data.val_x, data.val_y)}[split]
+
+
+def evaluate(ctx: Context, algorithm: Algorithm, server: Server, clients: list[Client], evaluations: list[Evaluation],
+             test_x: torch.Tensor, test_y: torch.Tensor) -> tuple[dict[str, float], list[tuple[str, int | None, float]]]:
+    """The declared evaluations: a curves row (client models: the unweighted mean over clients with a
+    non-empty split, specs/fedhkd.md §3.7) and one record per value."""
+    row: dict[str, float] = {}
+    records: list[tuple[str, int | None, float]] = []
+    for evaluation in evaluations:
+        if evaluation.model == "global":
+            model = algorithm.global_model(server)
+            if model is not None:
+                row[evaluation.metric] = ctx.accuracy(model, test_x, test_y)
+                records.append((evaluation.metric, None, row[evaluation.metric]))
+            continue
+        values = []
+        for client in clients:
+            x, y = _split(client, evaluation.split, test_x, test_y)
+            if y is None or x is None or not len(y):
+                continue
+            values.append(ctx.accuracy(algorithm.client_model(client), x, y))
+            records.append((evaluation.metric, client.cid, values[-1]))
+        if values:
+            row[evaluation.metric] = float(np.mean(values))
+    extra = algorithm.extra_metrics(server, clients)
+    row.update(extra)
+    records += [(k, None, float(v)) for k, v in extra.items()]
+    return row, records
+
+
+def run_identity(config: ExperimentConfig, dataset_sha256: str, partition_sha256: str) -> dict[str, str]:
+    """What a checkpoint must match to be resumed: config, data, partition and the source code."""
+    return {"config_sha256": config.sha256, "dataset_sha256": dataset_sha256, "partition_sha256": partition_sha256,
+            "code_sha256": code_version()["code_sha256"]}
+
+
+def run_federation(config: ExperimentConfig, data_dir: str | Path | None = None,
+                   partition_dir: str | Path | None = None, progress: ProgressFn | None = None,
+                   checkpoint_dir: Path | None = None, checkpoint_every: int = 1) -> RunResult:
+    """Run one experiment in this process and return its curves and records. With ``checkpoint_dir``,
+    resume from the checkpoint there (if it belongs to this run) and write one every
+    ``checkpoint_every`` rounds (0: never); nothing else is written."""
+    started = time.perf_counter()
+    device = configure_torch(config.threads, config.deterministic, config.device)
+    data = load_dataset(config.dataset.name, data_dir)
+    partition = partition_for(config, data, partition_dir)
+    train_x, test_x = to_tensor(data.train_x, data, device), to_tensor(data.test_x, data, device)
+    train_y = torch.from_numpy(data.train_y).to(device)
+    test_y = torch.from_numpy(data.test_y).to(device)
+    local_x, local_y = (train_x, train_y) if partition.local_test_source == "train" else (test_x, test_y)
+
+    ctx = Context(config, data.image_shape, data.num_classes, device,
+                  public_x=train_x[torch.from_numpy(public_indices(config, partition, len(train_y)))]
+                  if config.public.size else None)
+    algorithm_cls = get_algorithm(config.algorithm.name)
+    algorithm = algorithm_cls(algorithm_cls.Params.model_validate(config.algorithm.params), ctx)
+    server = algorithm.init_server()
+    clients = []
+    for cid in range(partition.num_clients):
+        train_idx, val_idx = validation_split(config, cid, partition.train[cid])
+        tr, va = torch.from_numpy(train_idx).to(device), torch.from_numpy(val_idx).to(device)
+        te = torch.from_numpy(partition.local_test[cid]).to(device)
+        cdata = ClientData(train_x[tr], train_y[tr], local_x[te], local_y[te],
+                           *((train_x[va], train_y[va]) if len(val_idx) else (None, None)))
+        clients.append(Client(cid, cdata, algorithm.init_client_model(cid, server), algorithm.init_client_state(cid)))
+
+    identity = run_identity(config, data.sha256, partition.sha256)
+    curves: list[dict[str, float]] = []
+    records: list[Record] = []
+    timing = {"train_time_s": 0.0, "eval_time_s": 0.0, "checkpoint_time_s": 0.0}
+    start_round = 1
+    if checkpoint_dir is not None and (resumed := load_checkpoint(checkpoint_dir, identity, device)) is not None:
+        server = resumed.server
+        for client, snapshot in zip(clients, resumed.clients):
+            client.model, client.optimizer, client.state = snapshot.model, snapshot.optimizer, snapshot.state
+        curves, records, timing = resumed.curves, resumed.records, resumed.timing
+        start_round = resumed.round + 1
+        timing["resumed_from_round"] = resumed.round
+
+    evaluations = algorithm.evaluations()
+    eval_at = evaluation_rounds(config)
+    timing["setup_time_s"] = time.perf_counter() - started
+    for t in range(start_round, config.training.rounds + 1):
+        tick = time.perf_counter()
+        selected = [clients[c] for c in sample_clients(config, t)]
+        row: dict[str, float] = {"round": t, **algorithm.run_round(t, server, selected)}
+        timing["train_time_s"] += time.perf_counter() - tick
+        records += [(t, k, None, float(v)) for k, v in row.items() if k != "round"]
+        if t in eval_at:
+            tick = time.perf_counter()
+            values, evaluated = evaluate(ctx, algorithm, server, clients, evaluations, test_x, test_y)
+            row.update(values)
+            records += [(t, metric, cid, value) for metric, cid, value in evaluated]
+            timing["eval_time_s"] += time.perf_counter() - tick
+        curves.append(row)
+        if checkpoint_dir is not None and checkpoint_every and t % checkpoint_every == 0 and t < config.training.rounds:
+            tick = time.perf_counter()
+            save_checkpoint(checkpoint_dir, Checkpoint(identity, t, server, [
+                ClientSnapshot(c.model, c.optimizer, c.state) for c in clients], curves, records, timing))
+            timing["checkpoint_time_s"] += time.perf_counter() - tick
+        if progress is not None:
+            progress(t, row)
+    timing["wall_time_s"] = time.perf_counter() - started
+    return RunResult(config, data.sha256, partition.sha256, curves, records, timing, str(device), ctx.architectures,
+                     RunState(partition, algorithm, server, clients))

@@ -1,0 +1,166 @@
+"""The training toolkit below the methods: the loop primitive, streams, two-optimiser loops, personal
+parameters (DESIGN.md "engine")."""
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from bench.engine.aggregate import copy_state, weighted_average
+from bench.engine.loop import Loop, Step, adversarial_loop, parameters
+from bench.engine.streams import NoiseStream, SharedBatches, epoch_batches
+from bench.errors import Diverged
+from bench.rng import torch_stream
+
+
+def _model(seed: int = 0) -> nn.Module:
+    gen = torch.Generator().manual_seed(seed)
+    model = nn.Linear(3, 2)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(torch.randn(p.shape, generator=gen))
+    return model
+
+
+def test_loop_is_a_plain_training_loop_bitwise() -> None:
+    """Loop.run = zero_grad, forward, backward, clip, step per batch; the mean loss over steps."""
+    x, y = torch.arange(24.0).reshape(8, 3) / 10, torch.tensor([0, 1] * 4)
+    batches = [slice(0, 4), slice(4, 8), slice(2, 6)]
+    a, b = _model(), _model()
+    opt_a, opt_b = torch.optim.SGD(a.parameters(), lr=0.1, momentum=0.9), torch.optim.SGD(b.parameters(), lr=0.1,
+                                                                                         momentum=0.9)
+    seen: list[Step] = []
+
+    def step_fn(step: Step, s: slice) -> torch.Tensor:
+        seen.append(step)
+        return F.cross_entropy(a(x[s]), y[s])
+
+    mean = Loop(opt_a, list(a.parameters()), round=7, who=0, grad_clip=0.5).run(batches, step_fn)
+    losses = []
+    for s in batches:
+        loss = F.cross_entropy(b(x[s]), y[s])
+        opt_b.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(b.parameters(), 0.5)
+        opt_b.step()
+        losses.append(loss.detach())
+    assert all(torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters()))
+    assert mean == float(sum(losses[1:], losses[0])) / 3
+    assert [(s.round, s.index) for s in seen] == [(7, 0), (7, 1), (7, 2)]
+
+
+def test_a_non_finite_loss_raises_diverged_naming_round_and_trainer() -> None:
+    model = _model()
+    loop = Loop(torch.optim.SGD(model.parameters(), lr=0.1), list(model.parameters()), round=3, who="server")
+    with pytest.raises(Diverged, match=r"round 3 \(client server\)"):
+        loop.run(range(2), lambda step, _: model(torch.ones(1, 3)).sum() * (float("nan") if step.index else 1.0))
+
+
+def test_backward_inputs_leaves_frozen_teachers_without_gradients() -> None:
+    student, teacher = _model(0), _model(1)
+    loop = Loop(torch.optim.SGD(student.parameters(), lr=0.1), list(student.parameters()), 1, "s",
+                backward_inputs=True)
+    loop.run(range(1), lambda step, _: teacher(student(torch.ones(1, 3)).repeat(1, 2)[:, :3]).sum())
+    assert all(p.grad is None for p in teacher.parameters())
+    assert all(p.grad is not None for p in student.parameters())
+
+
+def test_epoch_batches_cover_each_epoch_once_or_stop_after_steps() -> None:
+    batches = list(epoch_batches(10, 4, False, torch_stream(0, "b"), torch.device("cpu"), epochs=2))
+    assert [len(b) for b in batches] == [4, 4, 2, 4, 4, 2]
+    assert sorted(torch.cat(batches[:3]).tolist()) == list(range(10))
+    steps = list(epoch_batches(10, 4, True, torch_stream(0, "b"), torch.device("cpu"), steps=5))
+    assert [len(b) for b in steps] == [4] * 5
+
+
+def test_shared_public_stream_gives_every_client_the_same_batch_in_lockstep() -> None:
+    """Iteration i is the same mini-batch whoever asks and in whatever order (FedAL §4 lockstep)."""
+    public = torch.arange(10.0).unsqueeze(1)
+    stream = SharedBatches(public, batch_size=4, seed=3)
+    client_a = [stream.batch(i) for i in range(6)]
+    client_b = [stream.batch(i) for i in reversed(range(6))][::-1]
+    assert all(torch.equal(p, q) for p, q in zip(client_a, client_b))
+    epoch0 = torch.cat(client_a[:2]).flatten().tolist()  # drop_last: 2 batches of 4 per epoch
+    assert len(set(epoch0)) == 8
+    assert not torch.equal(torch.cat(client_a[:2]), torch.cat(client_a[2:4]))  # a new permutation per epoch
+    assert torch.equal(SharedBatches(public, 4, seed=3).batch(5), client_a[5])  # a pure function of (seed, i)
+
+
+def test_noise_stream_is_reproducible() -> None:
+    a = NoiseStream(torch_stream(0, "noise"), 5, torch.device("cpu"), "normal")
+    b = NoiseStream(torch_stream(0, "noise"), 5, torch.device("cpu"), "normal")
+    assert torch.equal(a.batch(3), b.batch(3)) and a.batch(2).shape == (2, 5)
+
+
+def test_adversarial_loop_steps_each_side_with_its_own_optimiser() -> None:
+    """GAN-style turns: the discriminator's step moves only D, the generator's only G."""
+    g, d = nn.Linear(2, 3), nn.Linear(3, 1)
+    real = torch.ones(4, 3)
+    noise = NoiseStream(torch_stream(0, "z"), 2, torch.device("cpu"))
+    d_loop = Loop(torch.optim.SGD(d.parameters(), lr=0.1), parameters(d), 1, "discriminator", backward_inputs=True)
+    g_loop = Loop(torch.optim.SGD(g.parameters(), lr=0.1), parameters(g), 1, "generator", backward_inputs=True)
+    g_before = [p.clone() for p in g.parameters()]
+    calls: list[str] = []
+
+    def d_step(step: Step, _: int) -> torch.Tensor:
+        calls.append("d")
+        fake = g(noise.batch(4)).detach()
+        return F.softplus(-d(real)).mean() + F.softplus(d(fake)).mean()
+
+    def g_step(step: Step, _: int) -> torch.Tensor:
+        calls.append("g")
+        return F.softplus(-d(g(noise.batch(4)))).mean()
+
+    d_before = [p.clone() for p in d.parameters()]
+    d_loss, g_loss = adversarial_loop(range(3), d_loop, d_step, g_loop, g_step, d_steps=2)
+    assert calls == ["d", "d", "g"] * 3
+    assert all(not torch.equal(a, b) for a, b in zip(g_before, g.parameters()))
+    assert all(not torch.equal(a, b) for a, b in zip(d_before, d.parameters()))
+    assert d_loss > 0 and g_loss > 0
+
+
+class _WithHead(nn.Module):
+    def __init__(self, seed: int) -> None:
+        super().__init__()
+        gen = torch.Generator().manual_seed(seed)
+        self.body = nn.Linear(2, 2)
+        self.head = nn.Linear(2, 1)
+        with torch.no_grad():
+            for p in self.parameters():
+                p.copy_(torch.randn(p.shape, generator=gen))
+
+
+def test_personal_parameters_are_neither_averaged_nor_broadcast() -> None:
+    server, client, other = _WithHead(0), _WithHead(1), _WithHead(2)
+    head = client.head.weight.clone()
+    shared = [k for k in server.state_dict() if not k.startswith("head.")]
+    copy_state(client, server, shared)
+    assert torch.equal(client.body.weight, server.body.weight) and torch.equal(client.head.weight, head)
+    avg = weighted_average([client.state_dict(), other.state_dict()], [1.0, 3.0], shared)
+    assert set(avg) == set(shared)
+    torch.testing.assert_close(avg["body.weight"], (client.body.weight + 3 * other.body.weight) / 4)
+
+
+def test_a_method_with_personal_parameters_keeps_each_clients_head(data_dir) -> None:  # type: ignore[no-untyped-def]
+    """FL-bench's personal/shared split: heads declared personal stay with their clients; the server
+    averages and broadcasts the rest."""
+    from bench.algorithms import register_algorithm
+    from bench.algorithms.fedavg import FedAvg
+    from bench.runner.federation import run_federation
+    from tests.conftest import small_config
+
+    @register_algorithm("test-personal-head")
+    class PersonalHead(FedAvg):
+        personal_parameters = ("classifier.",)
+
+    result = run_federation(small_config(algorithm={"name": "test-personal-head"}, training={"rounds": 2}), data_dir)
+    server, clients, algorithm = result.state.server, result.state.clients, result.state.algorithm
+    initial = algorithm.ctx.build_model("server")
+    assert torch.equal(server.model.classifier.weight, initial.classifier.weight)  # never averaged
+    heads = [c.model.classifier.weight.clone() for c in clients]
+    assert not torch.equal(heads[0], heads[1])  # each client trains its own head
+    algorithm.broadcast(server, clients[0])
+    assert torch.equal(clients[0].model.classifier.weight, heads[0])  # the broadcast leaves it alone
+    body = [k for k in server.model.state_dict() if not k.startswith("classifier.")]
+    assert all(torch.equal(clients[0].model.state_dict()[k], server.model.state_dict()[k]) for k in body)
