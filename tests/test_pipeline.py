@@ -64,3 +64,49 @@ def test_dvc_repro_report_pin_compare(project: Path) -> None:
     drift = (project / "reports" / "default" / "drift.md").read_text()
     assert "DRIFT" in drift and "fedavg" in drift and "final_global_acc" in drift
     assert "DRIFT" in failing.stdout  # the table is printed where the user sees it
+
+
+@pytest.fixture(scope="module")
+def small_project(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The default suite's dvc.yaml with one method, one setting, two seeds and 8 rounds."""
+    folder = tmp_path_factory.mktemp("small")
+    shutil.copy(ROOT / "dvc.yaml", folder)
+    shutil.copytree(ROOT / "bench", folder / "bench", ignore=shutil.ignore_patterns("__pycache__"))
+    params = yaml.safe_load((ROOT / "params.yaml").read_text())
+    params["suite"].update(seeds=[0, 1], jobs=1)
+    params["suite"]["base"]["training"]["rounds"] = 8
+    params["settings"] = {"iid": params["settings"]["iid"]}
+    params["methods"] = {"fedavg": params["methods"]["fedavg"]}
+    (folder / "params.yaml").write_text(yaml.safe_dump(params))
+    assert _dvc(folder, "init", "--no-scm", "-q").returncode == 0
+    return folder
+
+
+def test_a_stage_killed_mid_run_resumes_with_dvc_repro(small_project: Path) -> None:
+    """kill -9 in the middle of `dvc repro`'s train stage, then `dvc repro`: the killed run continues
+    from its checkpoint and every number equals the uninterrupted run's (compare is exact here)."""
+    import signal
+    import time
+
+    assert _dvc(small_project, "repro", "report").returncode == 0
+    pin = subprocess.run([sys.executable, "-m", "bench.cli", "pin"], cwd=small_project, capture_output=True, text=True)
+    assert pin.returncode == 0, pin.stderr
+    assert _dvc(small_project, "repro").returncode == 0
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+           "DVC_NO_ANALYTICS": "1"}
+    proc = subprocess.Popen([sys.executable, "-m", "dvc", "repro", "-f", "-s", "train@fedavg"], cwd=small_project,
+                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    results = small_project / "results" / "default" / "fedavg" / "iid"
+    deadline = time.monotonic() + 300
+    while not list(results.glob("seed*/checkpoint.pt")) and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.005)
+    assert proc.poll() is None, "the stage finished before it could be killed"
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    resumed = _dvc(small_project, "repro")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    timings = [json.loads(p.read_text()) for p in results.glob("seed*/timing.json")]
+    assert any("resumed_from_round" in t for t in timings)
+    assert not list(results.glob("seed*/checkpoint.pt"))
+    drift = (small_project / "reports" / "default" / "drift.md").read_text()
+    assert "0 DRIFT, 0 MISSING" in drift and "exact" in drift
