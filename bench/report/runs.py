@@ -94,12 +94,17 @@ def find_runs(suite: Suite) -> tuple[dict[RunKey, RunRecord], dict[RunKey, str]]
     return found, problems
 
 
+def train_command(suite: Suite, methods: set[str]) -> str:
+    """The command producing these methods' runs, dependencies first."""
+    ordered = suite.train_order(sorted(methods, key=list(suite.params.methods).index))
+    return (f"`bench suite train {' '.join(f'--method {m}' for m in ordered)}` "
+            "(same --params/--root/-S as this command)")
+
+
 def missing_runs_message(suite: Suite, problems: dict[RunKey, str]) -> str:
-    methods = sorted({m for m, _, _ in problems}, key=list(suite.params.methods).index)
-    command = "bench suite train " + " ".join(f"--method {m}" for m in methods)
     return (f"suite {suite.name}: {len(problems)} run(s) missing or failed:\n  "
             + "\n  ".join(problems.values())
-            + f"\nproduce them with `{command}` (same --params/--root/-S as this command)")
+            + f"\nproduce them with {train_command(suite, {m for m, _, _ in problems})}")
 
 
 def require_runs(suite: Suite) -> dict[RunKey, RunRecord]:

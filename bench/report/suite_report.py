@@ -50,7 +50,7 @@ def cell_stats(records: list[RunRecord]) -> dict[str, float | int]:
 
 def _reference_method(suite: Suite) -> str | None:
     """The first method running the reference algorithm (a method's algorithm name defaults to its key)."""
-    return next((m for m, section in suite.params.methods.items() if section.get("name", m) == REFERENCE), None)
+    return next((m for m, entry in suite.params.methods.items() if (entry.name or m) == REFERENCE), None)
 
 
 def summarize(suite: Suite, runs: dict[tuple[str, str, int], RunRecord]) -> dict[str, dict[str, dict]]:

@@ -4,16 +4,24 @@ A suite is described by a params file (the root ``params.yaml`` for the default 
 ``pipelines/<paper>/params.yaml`` for a paper) with this shape::
 
     suite:    {name, seeds, jobs, base: <experiment config shared by every run>}
-    settings: {<setting>: <config overlay: partition, dataset, model, ...>, ...}   # table columns
-    methods:  {<method>: {name: <algorithm, default: the key>, <hyperparameters>...}, ...}  # rows
+    settings: {<setting>: <config overlay: partition, dataset, model, budget, ...>, ...}   # columns
+    methods:  {<method>: {name: <algorithm, default: the key>, <hyperparameters>...,        # rows
+                          config: <optional: overlay of any config section, e.g. {training: {local_steps: 5}}>,
+                          needs: <optional: [<method whose run this one needs>, ...]>}, ...}
     profile:  <optional: the name of one entry of `profiles`>
     figures:  {<figure>: <config overlay of a partition to draw>, ...}              # optional
     profiles: {<profile>: {suite: <deep-merged>, settings/methods/figures: <replace>}}
 
-A run is ``(method, setting, seed)``; its config is ``base`` deep-merged with the setting's overlay,
-the method's algorithm section and the seed. With a profile the suite is named
+A run is ``(method, setting, seed)``; its config is ``base`` deep-merged with the setting's overlay
+and the method's ``config`` overlay, then the method's algorithm section and the seed. ``budget``
+(in ``base``, a setting or a method's ``config``; the last one given wins) sets the training
+length: ``{rounds: R}``, or ``{iterations: I}`` for R = I / training.local_steps (FedAL's
+iteration budgets with per-method τ, specs/fedal.md A11, A15). With a profile the suite is named
 ``<name>-<profile>``. Results live in ``results/<suite>/<method>/<setting>/seed<seed>/`` and
 partitions in ``partitions/<suite>/<setting>/``, both under the params file's folder.
+
+A run may depend on another method's run on the same setting and seed, through ``needs``.
+:meth:`Suite.dependencies` lists them, :meth:`Suite.train_order` trains them first.
 """
 from __future__ import annotations
 
@@ -22,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from bench.config import ExperimentConfig, apply_overrides, build_config, describe_validation, read_yaml_mapping
 from bench.engine.executor import RunRequest
@@ -38,11 +46,56 @@ class SuiteSection(BaseModel):
     base: dict[str, Any] = Field(default_factory=dict)
 
 
+class Method(BaseModel):
+    """A table row: the algorithm section (``name`` plus flat hyperparameters), an overlay of any
+    other config section, and the methods whose runs this one needs."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+    name: str | None = Field(None, description="the algorithm (default: the method's key)")
+    config: dict[str, Any] = Field(default_factory=dict)
+    needs: list[str] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _no_algorithm_overlay(self) -> Method:
+        if "algorithm" in self.config:
+            raise ValueError("config.algorithm: put the algorithm's keys beside `name`, not under `config`")
+        return self
+
+    def algorithm(self, key: str) -> dict[str, Any]:
+        return {**(self.model_extra or {}), "name": self.name or key}
+
+
+class Budget(BaseModel):
+    """The training length: rounds, or iterations (rounds × training.local_steps, specs/fedal.md A11)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    rounds: int | None = Field(None, ge=1)
+    iterations: int | None = Field(None, ge=1)
+
+    @model_validator(mode="after")
+    def _one(self) -> Budget:
+        if (self.rounds is None) == (self.iterations is None):
+            raise ValueError("give exactly one of budget.rounds and budget.iterations")
+        return self
+
+    def to_rounds(self, local_steps: int | None) -> int:
+        if self.rounds is not None:
+            return self.rounds
+        assert self.iterations is not None
+        if local_steps is None:
+            raise BenchError(f"budget.iterations={self.iterations} needs training.local_steps (iterations per "
+                             "round); set it, or give budget.rounds")
+        if self.iterations % local_steps:
+            raise BenchError(f"budget.iterations={self.iterations} is not a multiple of training.local_steps="
+                             f"{local_steps}; change one so that rounds = iterations / local_steps is whole")
+        return self.iterations // local_steps
+
+
 class SuiteParams(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     suite: SuiteSection
     settings: dict[str, dict[str, Any]] = Field(min_length=1)
-    methods: dict[str, dict[str, Any]] = Field(min_length=1)
+    methods: dict[str, Method] = Field(min_length=1)
     figures: dict[str, dict[str, Any]] = Field(default_factory=dict)  # name -> config overlay of a partition figure
     profile: str | None = None
     profiles: dict[str, dict[str, Any]] = Field(default_factory=dict)
@@ -69,20 +122,51 @@ class Suite:
     def run_dir(self, method: str, setting: str, seed: int) -> Path:
         return self.results_dir(method) / setting / f"seed{seed}"
 
+    def __post_init__(self) -> None:
+        p = self.params
+        for method in p.methods:
+            for needed in self.dependencies(method):
+                if needed not in p.methods:
+                    raise BenchError(f"suite {self.name}: method {method} needs the runs of {needed!r}, which is "
+                                     "not a method; add it to methods")
+
+    def dependencies(self, method: str) -> list[str]:
+        """The methods whose run (same setting and seed) this method ``needs``."""
+        return [m for m in self.params.methods[method].needs if m != method]
+
+    def train_order(self, methods: list[str]) -> list[str]:
+        """``methods`` with each after those of its dependencies that are among them (else in the order given)."""
+        order: list[str] = []
+
+        def visit(method: str, path: tuple[str, ...]) -> None:
+            if method in path:
+                raise BenchError(f"suite {self.name}: methods depend on each other in a circle "
+                                 f"({' -> '.join((*path, method))}); remove one of their `needs`")
+            for needed in self.dependencies(method):
+                if needed in methods:
+                    visit(needed, (*path, method))
+            if method not in order:
+                order.append(method)
+
+        for method in methods:
+            visit(method, ())
+        return order
+
     def config(self, method: str, setting: str, seed: int) -> ExperimentConfig:
         p = self.params
         if method not in p.methods:
             raise BenchError(f"suite {self.name} has no method {method!r}; methods: {', '.join(p.methods)}")
         if setting not in p.settings:
             raise BenchError(f"suite {self.name} has no setting {setting!r}; settings: {', '.join(p.settings)}")
-        raw = deep_merge(p.suite.base, p.settings[setting])
-        algorithm = dict(p.methods[method])
-        algorithm.setdefault("name", method)
-        raw["algorithm"] = algorithm
+        raw, budget = _merge([p.suite.base, p.settings[setting], p.methods[method].config])
+        raw["algorithm"] = p.methods[method].algorithm(method)
         raw["seed"] = seed
         raw["name"] = f"{self.name}-{method}-{setting}"
         raw.setdefault("tracking", {})["experiment"] = f"suite-{self.name}"
         try:
+            if budget is not None:
+                training = raw.setdefault("training", {})
+                training["rounds"] = _budget(budget).to_rounds(training.get("local_steps"))
             return build_config(raw)
         except BenchError as exc:
             raise BenchError(f"suite {self.name}, method {method}, setting {setting}: {exc}") from None
@@ -95,7 +179,7 @@ class Suite:
 
     def figure_config(self, figure: str) -> ExperimentConfig:
         """The config whose dataset and partition make one of the paper's partition figures."""
-        raw = deep_merge(self.params.suite.base, self.params.figures[figure])
+        raw, _ = _merge([self.params.suite.base, self.params.figures[figure]])
         raw.pop("public", None)  # a figure draws the partition only
         try:
             return build_config(raw)
@@ -127,6 +211,20 @@ def load_suite(params_file: str | Path, root: str | Path | None = None,
         raise BenchError(f"suite params file {path}: {describe_validation(exc)}") from None
     return Suite(params, Path(root) if root is not None else path.parent, path)
 
+
+def _merge(layers: list[dict[str, Any]]) -> tuple[dict[str, Any], Any]:
+    """The layers deep-merged in order without their ``budget``, and the last budget given (or None)."""
+    raw: dict[str, Any] = {}
+    for layer in layers:
+        raw = deep_merge(raw, {k: v for k, v in layer.items() if k != "budget"})
+    return raw, next((layer["budget"] for layer in reversed(layers) if "budget" in layer), None)
+
+
+def _budget(raw: Any) -> Budget:
+    try:
+        return Budget.model_validate(raw)
+    except ValidationError as exc:
+        raise BenchError(f"invalid budget: {describe_validation(exc)}") from None
 
 
 def deep_merge(base: dict[str, Any], overlay: dict[str, Any]) -> dict[str, Any]:
