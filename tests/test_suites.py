@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import ast
 import json
 from pathlib import Path
 
@@ -141,8 +142,10 @@ def test_dependencies_come_first_and_must_be_methods(overlays: Path) -> None:
 
 @pytest.mark.parametrize("overrides, message", [
     (["methods.tau5.config.algorithm={mu: 1}"], "config.algorithm: put the algorithm's keys beside `name`"),
+    (["suite.statistics=[best_global_acc]"], "suite.statistics.0: .*is not a statistic name"),
+    (["suite.paper=fedxyz"], "paper 'fedxyz' is not one of: fedhkd"),
 ])
-def test_bad_method_overlay(overlays: Path, overrides: list[str], message: str) -> None:
+def test_bad_method_statistic_or_paper(overlays: Path, overrides: list[str], message: str) -> None:
     with pytest.raises(BenchError, match=message):
         load_suite(overlays, overrides=overrides)
 
@@ -153,7 +156,7 @@ def test_bad_method_overlay(overlays: Path, overrides: list[str], message: str) 
 ])
 def test_committed_suites_make_the_pinned_configs(params: str, pinned: str) -> None:
     """Every pinned run's config hash is what the suite makes today: the suite syntax (overlays,
-    budgets) leaves existing params files' runs unchanged."""
+    budgets, statistics) leaves existing params files' runs unchanged."""
     root = Path(__file__).resolve().parents[1]
     suite = load_suite(root / params)
     data = json.loads((root / pinned).read_text())
@@ -162,3 +165,37 @@ def test_committed_suites_make_the_pinned_configs(params: str, pinned: str) -> N
     assert len(hashes) == len(suite.params.methods) * len(suite.params.settings) * len(suite.params.suite.seeds)
     assert all(suite.config(*key).sha256 == sha for key, sha in hashes.items())
 
+
+def _runtime_imports(path: Path, root: Path) -> set[str]:
+    """The bench modules a module imports when it runs (anywhere in it, but not under TYPE_CHECKING)."""
+    tree = ast.parse(path.read_text())
+    skipped = {id(n) for node in ast.walk(tree)
+               if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING"
+               for child in node.body for n in ast.walk(child)}
+    out: set[str] = set()
+    for node in ast.walk(tree):
+        if id(node) in skipped:
+            continue
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("bench"):
+            for alias in node.names:  # `from bench.suites import fedhkd` imports a module, `... import Suite` not
+                module = f"{node.module}.{alias.name}"
+                out.add(module if (root / module.replace(".", "/")).with_suffix(".py").exists() else node.module)
+        elif isinstance(node, ast.Import):
+            out |= {a.name for a in node.names if a.name.startswith("bench")}
+    return out
+
+
+def test_suites_and_report_import_without_circles() -> None:
+    """report imports suites, never the reverse, and neither room has an import circle (no import_module)."""
+    root = Path(__file__).resolve().parents[1]
+    modules = {".".join(p.relative_to(root).with_suffix("").parts).removesuffix(".__init__"): p
+               for room in ("suites", "report") for p in (root / "bench" / room).glob("*.py")}
+    graph = {m: {t for t in _runtime_imports(p, root) if t in modules} for m, p in modules.items()}
+    assert not any(t.startswith("bench.report") for m, targets in graph.items() if m.startswith("bench.suites")
+                   for t in targets)
+    assert not any("import_module" in p.read_text() for p in modules.values())
+
+    def reaches(start: str, goal: str, seen: set[str]) -> bool:
+        return any(t == goal or (t not in seen and reaches(t, goal, seen | {t})) for t in graph[start])
+
+    assert [m for m in graph if reaches(m, m, {m})] == []

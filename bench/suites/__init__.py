@@ -3,7 +3,9 @@
 A suite is described by a params file (the root ``params.yaml`` for the default suite,
 ``pipelines/<paper>/params.yaml`` for a paper) with this shape::
 
-    suite:    {name, seeds, jobs, base: <experiment config shared by every run>}
+    suite:    {name, seeds, jobs, paper: <optional: a paper of PAPERS whose tables this suite makes>,
+               statistics: [<statistic name>, ...],   # pinned and compared (default: DEFAULT_STATISTICS)
+               base: <experiment config shared by every run>}
     settings: {<setting>: <config overlay: partition, dataset, model, budget, ...>, ...}   # columns
     methods:  {<method>: {name: <algorithm, default: the key>, <hyperparameters>...,        # rows
                           config: <optional: overlay of any config section, e.g. {training: {local_steps: 5}}>,
@@ -20,7 +22,8 @@ iteration budgets with per-method τ, specs/fedal.md A11, A15). With a profile t
 ``<name>-<profile>``. Results live in ``results/<suite>/<method>/<setting>/seed<seed>/`` and
 partitions in ``partitions/<suite>/<setting>/``, both under the params file's folder.
 
-A run may depend on another method's run on the same setting and seed, through ``needs``.
+A run may depend on another method's run on the same setting and seed: through ``needs``, or
+because a statistic compares with it (CF against Standalone, specs/fedakd.md §3.1).
 :meth:`Suite.dependencies` lists them, :meth:`Suite.train_order` trains them first.
 """
 from __future__ import annotations
@@ -35,14 +38,23 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from bench.config import ExperimentConfig, apply_overrides, build_config, describe_validation, read_yaml_mapping
 from bench.engine.executor import RunRequest
 from bench.errors import BenchError
+from bench.suites import fedhkd
+from bench.suites.paper import Paper
+from bench.suites.statistics import Statistic
+
+PAPERS: dict[str, Paper] = {paper.definition.name: paper for paper in (fedhkd.PAPER,)}
+DEFAULT_STATISTICS = ("final_global_acc", "last5_global_acc", "final_local_acc", "last5_local_acc")
 
 
 class SuiteSection(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     name: str
-    paper: str | None = Field(None, description="the paper module in bench/suites/ whose tables this suite makes")
+    paper: str | None = Field(None, description="the paper (a key of PAPERS) whose tables this suite makes")
     seeds: list[int] = Field(min_length=1)
     jobs: int = Field(2, ge=1, description="parallel single-threaded run processes")
+    statistics: list[Statistic] = Field(
+        default_factory=lambda: [Statistic.model_validate(s) for s in DEFAULT_STATISTICS],
+        description="pinned and compared for every run; the paper's cells add theirs")
     base: dict[str, Any] = Field(default_factory=dict)
 
 
@@ -124,15 +136,31 @@ class Suite:
 
     def __post_init__(self) -> None:
         p = self.params
+        if p.suite.paper is not None and p.suite.paper not in PAPERS:
+            raise BenchError(f"suite {self.name}: paper {p.suite.paper!r} is not one of: {', '.join(PAPERS)}")
         for method in p.methods:
             for needed in self.dependencies(method):
                 if needed not in p.methods:
-                    raise BenchError(f"suite {self.name}: method {method} needs the runs of {needed!r}, which is "
-                                     "not a method; add it to methods")
+                    raise BenchError(f"suite {self.name}: method {method} needs the runs of {needed!r} (`needs`, or "
+                                     f"a statistic comparing with it), which is not a method; add it to methods")
+
+    @property
+    def paper(self) -> Paper | None:
+        """The paper whose tables this suite makes, if any."""
+        return PAPERS[self.params.suite.paper] if self.params.suite.paper else None
+
+    def statistics(self, setting: str) -> list[Statistic]:
+        """Every statistic of this setting's runs: the suite's, then those of the paper's cells on it."""
+        named = list(self.params.suite.statistics)
+        if self.paper is not None:
+            named += [s for c in self.paper.definition.columns_for([setting]) for s in c.statistics.values()]
+        return list({s.name: s for s in named}.values())
 
     def dependencies(self, method: str) -> list[str]:
-        """The methods whose run (same setting and seed) this method ``needs``."""
-        return [m for m in self.params.methods[method].needs if m != method]
+        """The methods whose run (same setting and seed) this method's statistics or ``needs`` use."""
+        references = [s.reference for setting in self.params.settings for s in self.statistics(setting)
+                      if s.reference is not None]
+        return [m for m in dict.fromkeys([*self.params.methods[method].needs, *references]) if m != method]
 
     def train_order(self, methods: list[str]) -> list[str]:
         """``methods`` with each after those of its dependencies that are among them (else in the order given)."""
@@ -189,6 +217,10 @@ class Suite:
     def partition_config(self, setting: str) -> ExperimentConfig:
         """The config whose dataset and partition make this setting's partition (any method will do)."""
         return self.config(next(iter(self.params.methods)), setting, self.params.suite.seeds[0])
+
+    def reload(self, overrides: list[str]) -> Suite:
+        """The suite its params file gives with ``overrides`` (e.g. another profile); itself if it has no file."""
+        return load_suite(self.params_file, self.root, overrides) if self.params_file else self
 
 
 def load_suite(params_file: str | Path, root: str | Path | None = None,
