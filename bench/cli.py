@@ -133,7 +133,7 @@ def _suite_train(args: argparse.Namespace) -> int:
     from bench.runner.executor import run_many
 
     suite = _suite(args)
-    methods = args.method or list(suite.params.methods)
+    methods = suite.train_order(args.method or list(suite.params.methods))  # dependencies (e.g. CF's standalone) first
     requests = [r for m in methods for r in suite.requests(m, args.data_dir)]
     jobs = args.jobs or suite.params.suite.jobs
     print(f"suite {suite.name}: {len(requests)} runs ({', '.join(methods)}) on {jobs} processes", flush=True)

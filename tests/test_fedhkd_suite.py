@@ -8,40 +8,52 @@ import pytest
 from bench.suites import fedhkd, load_suite
 
 PARAMS = Path(__file__).resolve().parents[1] / "pipelines" / "fedhkd" / "params.yaml"
+DEFINITION = fedhkd.PAPER.definition
 
 
 def test_transcribed_tables_reproduce_the_specs_derived_numbers() -> None:
     """specs/fedhkd.md §6.1: relative gains of FedHKD over FedAvg and time ratios, recomputed."""
-    def gain(dataset: str, column: str) -> float:
-        ours, base = (fedhkd.paper_value("table1", dataset, m, column) for m in ("fedhkd", "fedavg"))
+    def gain(column: str, measure: str) -> float:
+        ours, base = (DEFINITION.value(m, column, measure) for m in ("fedhkd", "fedavg"))
         return round(100 * (ours / base - 1), 1)
 
-    assert [gain("svhn", c) for c in ("local_10", "local_20", "local_50", "global_10", "global_20", "global_50")] \
+    assert [gain(f"svhn-m{m}", measure) for measure in ("local", "global") for m in (10, 20, 50)] \
         == [19.5, 14.4, 20.6, 37.0, 15.6, 39.5]
-    assert [gain("cifar10", f"global_{m}") for m in (10, 20, 50)] == [10.0, 4.0, 45.6]
-    assert [gain("cifar100", f"local_{m}") for m in (10, 20, 50)] == [26.3, 23.6, 27.0]
-    ratios = {m: round(fedhkd.paper_value("table1", "cifar10", m, "time_s")
-                       / fedhkd.paper_value("table1", "cifar10", "fedavg", "time_s"), 2) for m in fedhkd.PAPER_METHODS}
+    assert [gain(f"cifar10-m{m}", "global") for m in (10, 20, 50)] == [10.0, 4.0, 45.6]
+    assert [gain(f"cifar100-m{m}", "local") for m in (10, 20, 50)] == [26.3, 23.6, 27.0]
+    ratios = {m: round(DEFINITION.extra("time_s", "cifar10", m) / DEFINITION.extra("time_s", "cifar10", "fedavg"), 2)
+              for m in DEFINITION.methods}
     assert ratios == {"fedavg": 1.0, "fedprox": 1.18, "moon": 2.36, "fedalign": 4.16, "fedgen": 1.21,
                       "fedmd": 2.58, "fedproto": 1.34, "fedhkd_star": 1.29, "fedhkd": 1.47}
-    assert fedhkd.paper_value("table2", "svhn", "fedavg", "global_b0.2") == 0.2581
+    assert DEFINITION.value("fedavg", "svhn-b0.2", "global") == 0.2581
+    assert DEFINITION.extra("params_m", "cifar100", "moon") == 33.645
+
+
+def test_every_printed_cell_names_its_run_and_statistic() -> None:
+    """Tables 1-2: 9 methods x (9 + 4 columns) x 2 measures, each (method, setting, statistic, value)."""
+    printed = fedhkd.PAPER.printed()
+    assert len(printed.columns) == 13 and len([k for k in printed.values if k[2] != "time_ratio"]) == 9 * 13 * 2
+    column = printed.column("cifar10-b5")
+    assert (column.table, column.setting, column.statistics["local"].name) == ("table2", "cifar10-b5",
+                                                                               "final_local_acc")
+    assert ("fedgen", "cifar10-b5", "local") in DEFINITION.low_confidence
 
 
 def test_claims_hold_on_the_papers_own_tables() -> None:
     """Every claim the report checks holds on the printed numbers, with the spec's counts (§6.1)."""
-    claims = fedhkd.claims(fedhkd.paper_results(), paper_profile=True)
+    claims = fedhkd.PAPER.claims(fedhkd.PAPER.printed())
     assert all(c.holds for c in claims)
     evidence = [c.evidence for c in claims]
     assert evidence[:5] == ["9/9", "9/9", "6/6", "8/9", "18/18"]
+    assert evidence[5:8] == ["2.43×", "3.10×", "1.25×"]  # §6.1 time ratios, averaged over the three datasets
     assert evidence[-1] == "top-2 in 23/26 cells"
 
 
 def test_paper_ranks() -> None:
     """FedHKD's ranks among the 9 rows, as the spec recomputes them (§6.1)."""
-    paper = fedhkd.paper_results()
-    svhn = {c.setting: c for c in paper.columns}
-    assert [paper.rank("fedhkd", svhn[f"svhn-m{m}"], "local") for m in (10, 20, 50)] == [1, 1, 4]
-    assert paper.rank("fedhkd", svhn["cifar10-b0.2"], "local") == 2  # FedHKD* is best there
+    paper = fedhkd.PAPER.printed()
+    assert [paper.rank("fedhkd", paper.column(f"svhn-m{m}"), "local") for m in (10, 20, 50)] == [1, 1, 4]
+    assert paper.rank("fedhkd", paper.column("cifar10-b0.2"), "local") == 2  # FedHKD* is best there
 
 
 @pytest.mark.parametrize("profile, settings", [
@@ -52,7 +64,7 @@ def test_paper_ranks() -> None:
 def test_every_setting_is_a_table_column(profile: str, settings: list[str]) -> None:
     suite = load_suite(PARAMS, overrides=[f"profile={profile}"])
     assert list(suite.params.settings) == settings
-    assert [c.setting for c in fedhkd.columns(settings)] == settings
+    assert [c.setting for c in DEFINITION.columns_for(settings)] == settings
     for setting in settings:  # every run config validates (datasets need not be present to validate)
         for method in suite.params.methods:
             suite.config(method, setting, 0)
@@ -78,8 +90,9 @@ def test_smoke_profile_end_to_end(tmp_path: Path) -> None:
     report = tmp_path / "reports" / "fedhkd-smoke"
     assert (report / "paper-figures" / "figure1-m5.png").stat().st_size > 0
     paper = (report / "paper.md").read_text()
-    for label in fedhkd.LABELS.values():
-        assert f"| {label} |" in paper
+    suite = load_suite(PARAMS, overrides=["profile=smoke"])
+    for method in suite.params.methods:
+        assert f"| {DEFINITION.label(method)} |" in paper
     assert "### m=5 (paper m=10)" in paper and "### m=10 β=0.2" in paper and "`synthetic32`" in paper
     assert "| FedAvg | 1.286 | 1.286 | 11.209 | 11.209 | 11.215 | 11.215 |" in paper  # Params: ours | paper
     assert "rank among the paper's 9 methods" in paper

@@ -187,3 +187,30 @@ def test_missing_or_failed_run_is_named(suite_root: Path, tmp_path: Path, capsys
     assert not (tmp_path / "pinned2.json").exists()
     assert bench(root, "compare", "--pinned", str(tmp_path / "pinned.json")) == 1
     assert "MISSING: standalone/iid/seed1 final_local_acc: pinned" in capsys.readouterr().out
+
+
+def test_pinned_values_are_the_same_from_records_or_metrics(tmp_path: Path,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    """The pinned keys and values of runs with per-client records.csv are metrics.json's, bitwise; a run
+    without records.csv (trained before it existed) compares exactly against them from its curves.csv."""
+    import numpy as np
+
+    from bench.suites import load_suite
+    from tests.fabricated import random_run
+
+    (tmp_path / "params.yaml").write_text(PARAMS)
+    suite = load_suite(tmp_path / "params.yaml")
+    rng = np.random.default_rng(0)
+    metrics = {(m, s, seed): random_run(suite.run_dir(m, s, seed), suite.config(m, s, seed), rng, m == "fedavg")
+               for m in METHODS for s in SETTINGS for seed in SEEDS}
+    assert bench(tmp_path, "pin") == 0
+    pinned = json.loads((tmp_path / "reports/pinned/tiny.json").read_text())["values"]
+    for (method, setting, seed), m in metrics.items():
+        expected = {f"{name}_{metric}": m[group][metric] for name, group in (("final", "final"), ("last5", "last5_mean"))
+                    for metric in ("global_acc", "local_acc") if metric in m[group]}
+        assert pinned[method][setting]["seeds"][str(seed)]["values"] == expected
+    for records in (tmp_path / "results").rglob("records.csv"):
+        records.unlink()
+    capsys.readouterr()
+    assert bench(tmp_path, "compare") == 0
+    assert "36 ok, 0 DRIFT, 0 MISSING, 0 not pinned" in capsys.readouterr().out

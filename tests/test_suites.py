@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import ast
+import json
 from pathlib import Path
 
 import pytest
@@ -67,3 +69,133 @@ def test_bad_run_config_names_method_and_setting(params_file: Path) -> None:
     suite = load_suite(params_file, overrides=["methods.prox.mu=-1"])
     with pytest.raises(BenchError, match="method prox, setting a: invalid config: algorithm.mu"):
         suite.config("prox", "a", 0)
+
+
+OVERLAYS = """
+suite:
+  name: budgets
+  seeds: [0]
+  base:
+    training: {rounds: 40, local_epochs: null, local_steps: 1}
+    budget: {rounds: 30}
+settings:
+  plain: {}
+  a5: {budget: {iterations: 3000}}            # FedAL-style: an iteration budget per column
+methods:
+  fedavg: {}
+  tau5:                                        # any config section, per method
+    name: fedprox
+    mu: 0.1
+    config: {training: {local_steps: 5, optimizer: {name: adam, lr: 0.001}}}
+  short: {name: fedavg, config: {budget: {rounds: 7}}, needs: [tau5]}
+"""
+
+
+@pytest.fixture
+def overlays(tmp_path: Path) -> Path:
+    path = tmp_path / "params.yaml"
+    path.write_text(OVERLAYS)
+    return path
+
+
+def test_method_overlay_changes_any_config_section(overlays: Path) -> None:
+    suite = load_suite(overlays)
+    tau5, fedavg = suite.config("tau5", "plain", 0), suite.config("fedavg", "plain", 0)
+    assert (tau5.training.local_steps, tau5.training.optimizer.name, tau5.training.optimizer.lr) == (5, "adam", 0.001)
+    assert (tau5.algorithm.name, tau5.algorithm.params["mu"]) == ("fedprox", 0.1)
+    assert (fedavg.training.local_steps, fedavg.training.optimizer.name, fedavg.algorithm.name) == (1, "sgd", "fedavg")
+
+
+def test_budgets_in_rounds_or_iterations(overlays: Path) -> None:
+    """budget.rounds replaces training.rounds; budget.iterations I gives I / local_steps rounds
+    (specs/fedal.md A11: τ steps per round); the last layer naming a budget (base, setting, method) wins."""
+    suite = load_suite(overlays)
+    rounds = {(m, s): suite.config(m, s, 0).training.rounds
+              for m in suite.params.methods for s in suite.params.settings}
+    assert rounds == {("fedavg", "plain"): 30, ("fedavg", "a5"): 3000, ("tau5", "plain"): 30, ("tau5", "a5"): 600,
+                      ("short", "plain"): 7, ("short", "a5"): 7}
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["settings.a5.budget.iterations=3001"], "budget.iterations=3001 is not a multiple of training.local_steps=5"),
+    (["suite.base.training.local_steps=null", "suite.base.training.local_epochs=1"],
+     "budget.iterations=3000 needs training.local_steps"),
+    (["settings.a5.budget.rounds=3"], "give exactly one of budget.rounds and budget.iterations"),
+])
+def test_bad_budget_names_the_run_and_the_fix(overlays: Path, overrides: list[str], message: str) -> None:
+    suite = load_suite(overlays, overrides=overrides)
+    with pytest.raises(BenchError, match=f"method (tau5|fedavg), setting a5: .*{message}"):
+        for method in ("tau5", "fedavg"):
+            suite.config(method, "a5", 0)
+
+
+def test_dependencies_come_first_and_must_be_methods(overlays: Path) -> None:
+    suite = load_suite(overlays)
+    assert suite.dependencies("short") == ["tau5"] and suite.dependencies("tau5") == []
+    assert suite.train_order(["short", "fedavg", "tau5"]) == ["tau5", "short", "fedavg"]
+    assert suite.train_order(["short"]) == ["short"]  # orders what it is given; adds nothing
+    with pytest.raises(BenchError, match="method short needs the runs of 'fedmd'.*add it to methods"):
+        load_suite(overlays, overrides=["methods.short.needs=[fedmd]"])
+    with pytest.raises(BenchError, match="in a circle .*tau5 -> short -> tau5"):
+        load_suite(overlays, overrides=["methods.tau5.needs=[short]"]).train_order(["tau5", "short"])
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["methods.tau5.config.algorithm={mu: 1}"], "config.algorithm: put the algorithm's keys beside `name`"),
+    (["suite.statistics=[best_global_acc]"], "suite.statistics.0: .*is not a statistic name"),
+    (["suite.paper=fedxyz"], "paper 'fedxyz' is not one of: fedhkd"),
+])
+def test_bad_method_statistic_or_paper(overlays: Path, overrides: list[str], message: str) -> None:
+    with pytest.raises(BenchError, match=message):
+        load_suite(overlays, overrides=overrides)
+
+
+@pytest.mark.parametrize("params, pinned", [
+    ("params.yaml", "reports/pinned/default.json"),
+    ("pipelines/fedhkd/params.yaml", "pipelines/fedhkd/reports/pinned/fedhkd-proxy.json"),
+])
+def test_committed_suites_make_the_pinned_configs(params: str, pinned: str) -> None:
+    """Every pinned run's config hash is what the suite makes today: the suite syntax (overlays,
+    budgets, statistics) leaves existing params files' runs unchanged."""
+    root = Path(__file__).resolve().parents[1]
+    suite = load_suite(root / params)
+    data = json.loads((root / pinned).read_text())
+    hashes = {(m, s, int(seed)): entry["config_sha256"] for m, cells in data["values"].items()
+              for s, cell in cells.items() for seed, entry in cell["seeds"].items()}
+    assert len(hashes) == len(suite.params.methods) * len(suite.params.settings) * len(suite.params.suite.seeds)
+    assert all(suite.config(*key).sha256 == sha for key, sha in hashes.items())
+
+
+def _runtime_imports(path: Path, root: Path) -> set[str]:
+    """The bench modules a module imports when it runs (anywhere in it, but not under TYPE_CHECKING)."""
+    tree = ast.parse(path.read_text())
+    skipped = {id(n) for node in ast.walk(tree)
+               if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING"
+               for child in node.body for n in ast.walk(child)}
+    out: set[str] = set()
+    for node in ast.walk(tree):
+        if id(node) in skipped:
+            continue
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("bench"):
+            for alias in node.names:  # `from bench.suites import fedhkd` imports a module, `... import Suite` not
+                module = f"{node.module}.{alias.name}"
+                out.add(module if (root / module.replace(".", "/")).with_suffix(".py").exists() else node.module)
+        elif isinstance(node, ast.Import):
+            out |= {a.name for a in node.names if a.name.startswith("bench")}
+    return out
+
+
+def test_suites_and_report_import_without_circles() -> None:
+    """report imports suites, never the reverse, and neither room has an import circle (no import_module)."""
+    root = Path(__file__).resolve().parents[1]
+    modules = {".".join(p.relative_to(root).with_suffix("").parts).removesuffix(".__init__"): p
+               for room in ("suites", "report") for p in (root / "bench" / room).glob("*.py")}
+    graph = {m: {t for t in _runtime_imports(p, root) if t in modules} for m, p in modules.items()}
+    assert not any(t.startswith("bench.report") for m, targets in graph.items() if m.startswith("bench.suites")
+                   for t in targets)
+    assert not any("import_module" in p.read_text() for p in modules.values())
+
+    def reaches(start: str, goal: str, seen: set[str]) -> bool:
+        return any(t == goal or (t not in seen and reaches(t, goal, seen | {t})) for t in graph[start])
+
+    assert [m for m in graph if reaches(m, m, {m})] == []

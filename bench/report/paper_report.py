@@ -1,207 +1,166 @@
-"""A paper suite's report: each table cell beside the paper's value and the pinned value, the
-Params and Time columns, and the paper's claims checked on our results and on the paper's own.
-
-The paper module (``bench/suites/<paper>.py``, named by ``suite.paper`` in the params file)
-provides ``LABELS``, ``DATASETS``, ``PAPER_METHODS``, ``FOCUS`` (the proposed method),
-``columns(settings)``, ``paper_value(...)``, ``paper_results()``, ``claims(results, paper_profile)``
-and ``parameter_counts(suite)``.
+"""A paper suite's report (``paper.md``), rendered from the paper's definition and module
+(bench/suites/paper.py): each table cell beside the pinned and the paper's values, with ranks; the
+paper module's extra sections; the proposed method's ranks; the paper's claims checked on our
+results and on the paper's own tables.
 """
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
-from importlib import import_module
-from types import ModuleType
-from typing import Any
 
-import numpy as np
-
-from bench.errors import BenchError
+from bench.report.pinned import PinnedFile
+from bench.report.runs import RunKey, RunRecord, statistic_value
 from bench.suites import Suite
+from bench.suites.paper import TIME_RATIO, Measure, Paper, ReportColumn, Results, Section
+from bench.suites.statistics import Statistic, aggregate
 
-METRICS = ("local", "global")
-
-
-@dataclass(frozen=True)
-class Column:
-    """One column of a paper table: our ``setting`` and the paper cells it stands for
-    (``paper``: dataset -> column key, e.g. ``{"svhn": "10"}`` for Table 1's 10-client column)."""
-
-    table: str
-    label: str
-    setting: str
-    paper: dict[str, str]
+Cells = dict[tuple[str, str, str], tuple[float, float | None]]  # (method, column, measure) -> (mean, spread)
 
 
-@dataclass(frozen=True)
-class Claim:
-    text: str
-    holds: bool | None  # None: not measurable with these results
-    evidence: str
+def our_cells(suite: Suite, runs: dict[RunKey, RunRecord], columns: list[ReportColumn]) -> Cells:
+    """Per (method, column, measure): the statistic over seeds, as the measure's mean and spread; a
+    cell some seed lacks is left out."""
+    paper = suite.paper
+    assert paper is not None
+    out: Cells = {}
+    for column in columns:
+        for name, measure in paper.definition.tables[column.table].measures.items():
+            statistic = column.statistics[name]
+            for method in suite.params.methods:
+                values = [v for seed in suite.params.suite.seeds
+                          if (v := statistic_value(suite, runs, (method, column.setting, seed), statistic)) is not None]
+                if len(values) == len(suite.params.suite.seeds):
+                    out[method, column.key, name] = aggregate(values, measure.spread)
+    return out
 
 
-@dataclass
-class PaperResults:
-    """Mean final accuracies per (method, setting, metric) and time ratios to FedAvg."""
-
-    methods: list[str]
-    columns: list[Column]
-    values: dict[tuple[str, str, str], float] = field(default_factory=dict)
-    time_ratios: dict[str, float] = field(default_factory=dict)
-
-    def acc(self, method: str, column: Column | None, metric: str) -> float | None:
-        if column is None:
-            return None
-        return self.values.get((method, column.setting, metric))
-
-    def time_ratio(self, method: str) -> float | None:
-        return self.time_ratios.get(method)
-
-    def rank(self, method: str, column: Column, metric: str, among: list[str] | None = None) -> int | None:
-        """1 + the number of methods (of ``among``, default all) strictly better in this cell."""
-        mine = self.acc(method, column, metric)
-        if mine is None:
-            return None
-        others = [v for m in among or self.methods if (v := self.acc(m, column, metric)) is not None]
-        return 1 + sum(v > mine for v in others)
-
-
-def paper_module(suite: Suite) -> ModuleType:
-    name = suite.params.suite.paper
-    try:
-        return import_module(f"bench.suites.{name}")
-    except ModuleNotFoundError:
-        raise BenchError(f"suite {suite.name}: paper {name!r} has no module bench/suites/{name}.py") from None
-
-
-def our_results(suite: Suite, table: dict[str, dict[str, dict]], columns: list[Column]) -> PaperResults:
-    """Our means (final round) per cell; time ratio = mean over the Table-1 columns."""
-    results = PaperResults(list(suite.params.methods), columns)
-    for method, cells in table.items():
-        for setting, cell in cells.items():
-            for metric in METRICS:
-                if (value := cell.get(f"final_{metric}_acc_mean")) is not None:
-                    results.values[method, setting, metric] = value
-        ratios = [cells[c.setting]["time_vs_fedavg"] for c in columns
-                  if c.table == "table1" and "time_vs_fedavg" in cells.get(c.setting, {})]
-        if ratios:
-            results.time_ratios[method] = float(np.mean(ratios))
+def our_results(suite: Suite, columns: list[ReportColumn], cells: Cells,
+                summary: dict[str, dict[str, dict]]) -> Results:
+    """Our means per cell, and per column the time per round as a ratio to FedAvg (the summary's)."""
+    assert suite.paper is not None
+    results = Results(suite.paper.definition, list(suite.params.methods), columns,
+                      {key: mean for key, (mean, _) in cells.items()})
+    for method, by_setting in summary.items():
+        for column in columns:
+            if (ratio := by_setting[column.setting].get("time_vs_fedavg")) is not None:
+                results.values[method, column.key, TIME_RATIO] = ratio
     return results
 
 
 def _fmt(value: float | None, digits: int = 4) -> str:
-    return "—" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.{digits}f}"
+    if value is None or math.isnan(value):
+        return "—"
+    return "not reached" if math.isinf(value) else f"{value:.{digits}f}"
 
 
-def _table(header: list[str], rows: list[list[str]]) -> str:
+def _scaled(value: float | None, measure: Measure) -> float | None:
+    return None if value is None else value * measure.scale
+
+
+def markdown_table(header: list[str], rows: list[list[str]]) -> str:
     return "\n".join(["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
                      + ["| " + " | ".join(r) + " |" for r in rows])
 
 
-def paper_markdown(suite: Suite, table: dict[str, dict[str, dict]], pinned: dict[str, Any] | None) -> str:
+def _section(section: Section) -> str:
+    return "\n\n".join([f"## {section.title}", section.note, markdown_table(section.header, section.rows)])
+
+
+def _measures_line(measures: dict[str, Measure], statistics: dict[str, Statistic]) -> str:
+    """What each measure is: its statistic (bench/suites/statistics.py), scale and spread over seeds."""
+    return "Measures: " + "; ".join(
+        f"**{measure.label}** `{statistics[name].name}`" + ("†" if statistics[name].secondary else "")
+        + (f" ×{measure.scale:g}" if measure.scale != 1 else "")
+        + (" (± max absolute deviation over seeds)" if measure.spread == "max_abs_dev" else "")
+        for name, measure in measures.items()) + "."
+
+
+def paper_markdown(suite: Suite, runs: dict[RunKey, RunRecord], summary: dict[str, dict[str, dict]],
+                   pinned: PinnedFile | None) -> str:
     """The paper section of the report (``paper.md``)."""
-    module = paper_module(suite)
-    columns = module.columns(list(suite.params.settings))
-    ours = our_results(suite, table, columns)
-    paper = module.paper_results()
-    paper_profile = all(len(c.paper) == 1 for c in columns)
-    dataset = suite.config(next(iter(suite.params.methods)), columns[0].setting, 0).dataset.name if columns else "?"
-    labels = module.LABELS
-    parts = [f"# {suite.params.suite.paper} — paper tables, suite `{suite.name}`",
-             ("Each cell: our final-round accuracy (mean ± std over seeds "
-              f"{suite.params.suite.seeds}), the pinned mean, the paper's value and the difference."
-              if paper_profile else
-              f"This profile runs the paper's methods and protocol on `{dataset}` instead of the "
-              "paper's datasets, so its numbers are not comparable with the paper's: each cell shows ours (mean ± std over seeds "
-              f"{suite.params.suite.seeds}) and the pinned mean, and the paper's values of the columns it stands "
-              f"for ({' / '.join(module.DATASETS.values())}) for orientation; the ranks (ours; paper per dataset) "
-              "and the claims below are the comparison.")]
+    paper = suite.paper
+    assert paper is not None, "a paper report needs a suite with a paper"
+    d = paper.definition
+    columns = d.columns_for(list(suite.params.settings))
+    cells = our_cells(suite, runs, columns)
+    ours, printed = our_results(suite, columns, cells, summary), paper.printed()
+    seeds = suite.params.suite.seeds
+    dataset = suite.config(next(iter(suite.params.methods)), columns[0].setting, seeds[0]).dataset.name \
+        if columns else "?"
+    parts = [f"# {d.title} — paper tables, suite `{suite.name}`",
+             (f"Each cell: ours (mean ± std over seeds {seeds}), the pinned mean, the paper's value ({d.source}) and "
+              "the difference Δ. Ranks: ours among this suite's methods (the paper's among its own rows)."
+              if ours.by_value else
+              f"This profile runs the paper's methods and protocol on `{dataset}` instead of the paper's datasets, "
+              f"so its numbers are not comparable with the paper's: each cell shows ours (mean ± std over seeds "
+              f"{seeds}) and the pinned mean, and the paper's values ({d.source}) of the columns it stands for "
+              f"({' / '.join(d.groups.values()) or 'in order'}) for orientation; the ranks (ours; paper per column "
+              "it stands for) and the claims below are the comparison."),
+             "†: secondary statistic (optimistic: it selects on the test set). ‡: a printed value the spec "
+             "doubts (low confidence)."]
 
-    def pinned_mean(method: str, setting: str, metric: str) -> float | None:
-        try:
-            return pinned["values"][method][setting]["mean"][f"final_{metric}_acc"]  # type: ignore[index]
-        except (KeyError, TypeError):
-            return None
+    def pinned_mean(method: str, column: ReportColumn, measure: str) -> float | None:
+        cell = pinned.values.get(method, {}).get(column.setting) if pinned else None
+        return cell.mean.get(column.statistics[measure].name) if cell else None
 
-    for name in ("table1", "table2"):
+    for name, table in d.tables.items():
         cols = [c for c in columns if c.table == name]
         if not cols:
             continue
-        parts.append(f"## {name.replace('table', 'Table ')}")
+        table_statistics = {m: measure.statistic for m, measure in table.measures.items()}
+        parts += [f"## {table.title}", _measures_line(table.measures, table_statistics)]
         for column in cols:
             rows = []
             for method in suite.params.methods:
-                cell = table[method][column.setting]
-                row = [labels.get(method, method)]
-                for metric in METRICS:
-                    mean, std = cell.get(f"final_{metric}_acc_mean"), cell.get(f"final_{metric}_acc_std")
-                    printed = [module.paper_value(column.table, d, method, f"{metric}_{k}") for d, k in column.paper.items()]
-                    row += [_fmt(mean) + (f" ± {std:.4f}" if std is not None else ""),
-                            _fmt(pinned_mean(method, column.setting, metric)),
-                            " / ".join(_fmt(p) for p in printed)]
-                    if paper_profile:
-                        row.append(_fmt(None if mean is None or printed[0] is None else mean - printed[0], 4))
+                row = [d.label(method)]
+                for m, measure in table.measures.items():
+                    mean, spread = cells.get((method, column.key, m), (None, None))
+                    values = [d.value(method, key, m) for key in column.stands_for]
+                    row += [_fmt(_scaled(mean, measure), measure.digits)
+                            + (f" ± {_fmt(_scaled(spread, measure), measure.digits)}" if spread is not None else ""),
+                            _fmt(_scaled(pinned_mean(method, column, m), measure), measure.digits),
+                            " / ".join(_fmt(v, measure.digits) + ("‡" if (method, key, m) in d.low_confidence else "")
+                                       for key, v in zip(column.stands_for, values))]
+                    if ours.by_value:
+                        delta = None if mean is None or values[0] is None else mean * measure.scale - values[0]
+                        row.append(_fmt(delta, measure.digits))
                 ranks = [f"{ours.rank(method, column, m) or '—'} ("
-                         + "/".join(str(paper.rank(method, _paper_column(paper, column.table, d, k), m) or "—")
-                                    for d, k in column.paper.items()) + ")" for m in METRICS]
+                         + "/".join(str(printed.rank(method, printed.column(key), m) or "—")
+                                    for key in column.stands_for) + ")" for m in table.measures]
                 rows.append(row + ranks)
             header = ["method"]
-            for metric in METRICS:
-                header += [f"{metric} ours", "pinned", "paper"] + (["Δ"] if paper_profile else [])
-            parts += [f"### {column.label}", _table(header + ["rank local (paper)", "rank global (paper)"], rows)]
+            for measure in table.measures.values():
+                header += [f"{measure.label} ours", "pinned", "paper"] + (["Δ"] if ours.by_value else [])
+            header += [f"rank {measure.label} (paper)" for measure in table.measures.values()]
+            parts.append(f"### {column.label}")
+            if column.statistics != table_statistics:
+                parts.append(_measures_line(table.measures, column.statistics))
+            parts.append(markdown_table(header, rows))
 
-    counts = module.parameter_counts(suite)
-    datasets = list(module.DATASETS)
-    parts += ["## Params (M): models held in memory during local training",
-              "Ours counted from the paper-scale models and truncated to 3 decimals; the paper's Table 1 values "
-              "beside them (the paper truncates one model's count before multiplying it, so FedProx and MOON "
-              "can differ in the last digit).",
-              _table(["method"] + [f"{module.DATASETS[d]} {who}" for d in datasets for who in ("ours", "paper")],
-                     [[labels.get(m, m)] + [cell for d in datasets for cell in (
-                         f"{math.floor(counts[m][d] / 1e3) / 1e3:.3f}",
-                         _fmt(module.paper_value("table1", d, m, "params_m"), 3))] for m in suite.params.methods])]
-    parts += ["## Time per round, as a ratio to FedAvg",
-              "Ours: training time per round (timing.json), mean over seeds and the Table-1 columns; paper: "
-              "Table 1's Time column divided by FedAvg's, per dataset (absolute seconds are hardware-specific).",
-              _table(["method", "ours", *(f"paper {module.DATASETS[d]}" for d in datasets)],
-                     [[labels.get(m, m), _fmt(ours.time_ratio(m), 2)]
-                      + [_fmt(_ratio(module.paper_value("table1", d, m, "time_s"),
-                                     module.paper_value("table1", d, "fedavg", "time_s")), 2) for d in datasets]
-                      for m in suite.params.methods])]
-    parts += [ranking_section(module, columns, ours, paper)]
-    ours_claims, paper_claims = module.claims(ours, paper_profile), module.claims(paper, True)
+    parts += [_section(s) for s in paper.sections(suite, ours)]
+    parts += [ranking_section(paper, ours, printed)]
     verdict = {True: "**holds**", False: "**fails**", None: "not measured"}
     parts += ["## The paper's claims",
               "Each claim checked on our results and on the paper's own tables.",
-              _table(["claim", "paper", "ours"],
+              markdown_table(["claim", "paper", "ours"],
                      [[o.text, f"{verdict[p.holds]} ({p.evidence})", f"{verdict[o.holds]} ({o.evidence})"]
-                      for o, p in zip(ours_claims, paper_claims)])]
+                      for o, p in zip(paper.claims(ours), paper.claims(printed))])]
     return "\n\n".join(parts) + "\n"
 
 
-def ranking_section(module: ModuleType, columns: list[Column], ours: PaperResults, paper: PaperResults) -> str:
+def ranking_section(paper: Paper, ours: Results, printed: Results) -> str:
     """The proposed method's rank among the paper's methods in every cell, ours beside the paper's."""
-    focus, among = module.FOCUS, module.PAPER_METHODS
+    d = paper.definition
+    focus, among = d.proposed, list(d.methods)
     rows, mine, theirs = [], [], []
-    for column in columns:
-        for metric in METRICS:
-            rank = ours.rank(focus, column, metric, among)
-            printed = [paper.rank(focus, c, metric) for d, k in column.paper.items()
-                       if (c := _paper_column(paper, column.table, d, k)) is not None]
+    for column in ours.columns:
+        for m, measure in d.tables[column.table].measures.items():
+            rank = ours.rank(focus, column, m, among)
+            printed_ranks = [r for key in column.stands_for if (r := printed.rank(focus, printed.column(key), m))]
             mine += [rank] if rank else []
-            theirs += [r for r in printed if r]
-            rows.append([column.label, metric, str(rank or "—"), " / ".join(str(r) for r in printed) or "—"])
-    label = module.LABELS[focus]
+            theirs += printed_ranks
+            rows.append([column.label, measure.label, str(rank or "—"), " / ".join(map(str, printed_ranks)) or "—"])
     mean = lambda ranks: f"{sum(ranks) / len(ranks):.1f}" if ranks else "—"  # noqa: E731
-    return "\n\n".join([f"## {label}'s rank among the paper's {len(among)} methods",
-                         f"Mean rank: ours {mean(mine)}, the paper's {mean(theirs)} (1 = best; the paper's ranks are "
-                         "those of the columns each of ours stands for).",
-                         _table(["column", "accuracy", "ours", "paper"], rows)])
-
-
-def _ratio(a: float | None, b: float | None) -> float | None:
-    return None if a is None or b is None else a / b
-
-
-def _paper_column(paper: PaperResults, table: str, dataset: str, key: str) -> Column | None:
-    return next((c for c in paper.columns if c.table == table and c.paper == {dataset: key}), None)
+    return "\n\n".join([f"## {d.label(focus)}'s rank among the paper's {len(among)} methods",
+                        f"Mean rank: ours {mean(mine)}, the paper's {mean(theirs)} (1 = best; the paper's ranks are "
+                        "those of the columns each of ours stands for).",
+                        markdown_table(["column", "measure", "ours", "paper"], rows)])

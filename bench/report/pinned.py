@@ -2,9 +2,13 @@
 the check that the suite still produces them.
 
 ``bench pin`` writes the file deliberately (never as a side effect); ``bench compare`` reads it.
-Per method, setting and seed it holds the final-round and last-5-round mean of global and local
-accuracy (and the run's config hash), per (method, setting) the mean over seeds, the environment the
-runs came from, and the tolerance policy:
+Per method, setting and seed it holds the run's value of every statistic the suite declares
+(:meth:`Suite.statistics`: by default the final-round and last-5-round mean of global and local
+accuracy; a paper's cells add theirs, e.g. CF or rounds to a target), keyed by the statistic's name
+(bench/suites/statistics.py), and the run's config hash; per (method, setting) the mean over seeds;
+the environment the runs came from; and the tolerance policy. ``compare`` computes every pinned name
+anew, so a file keeps comparing when the suite's declared statistics change. A value that is not
+finite (a target never reached) is not pinned.
 
 - **Same environment: exact.** When a run's fingerprint (machine, the CPU kernels torch dispatches
   to, torch version, uv.lock sha256, Python minor version) equals the pinned one, its values must be bitwise equal: runs are
@@ -24,6 +28,8 @@ runs came from, and the tolerance policy:
 from __future__ import annotations
 
 import json
+import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -33,13 +39,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from bench.config import describe_validation
 from bench.errors import BenchError
 from bench.fileio import write_json
-from bench.report.runs import ACC_METRICS, RunKey, RunRecord, find_runs, mean_std, require_runs
+from bench.report.runs import RunKey, RunRecord, find_runs, require_runs, run_values
 from bench.suites import Suite
+from bench.suites.statistics import Statistic, mean_std
 
 FingerprintField = Literal["machine", "cpu_capability", "torch", "uv_lock_sha256", "python_minor", "platform"]
 FORMAT = "fkd-bench-pinned"
 FORMAT_VERSION = 1
-STATISTICS = {"final": "final", "last5": "last5_mean"}  # pinned name prefix -> metrics.json group
 FINGERPRINT = ("machine", "cpu_capability", "torch", "uv_lock_sha256", "python_minor")
 ENVIRONMENT = ("platform", "machine", "cpu_capability", "python", "torch", "uv_lock_sha256", "git_commit")
 PER_SEED_ABS = 0.07
@@ -88,10 +94,13 @@ def fingerprint(environment: dict, fields: tuple[str, ...] = FINGERPRINT) -> tup
     return tuple(str(values.get(k, "unknown")) for k in fields)
 
 
-def seed_values(record: RunRecord) -> dict[str, float]:
-    """What is pinned of one run: ``<final|last5>_<metric>`` for each accuracy it reports."""
-    return {f"{name}_{metric}": value for name, group in STATISTICS.items() for metric in ACC_METRICS
-            if (value := record.value(group, metric)) is not None}
+def seed_values(suite: Suite, runs: dict[RunKey, RunRecord], key: RunKey,
+                extra: Sequence[str] = ()) -> dict[str, float]:
+    """What is pinned of one run: each finite value of the suite's statistics for its setting and
+    of the statistics named ``extra`` (those a pinned file holds)."""
+    named = [*suite.statistics(key[1]), *(Statistic.model_validate(name) for name in extra)]
+    unique = list({s.name: s for s in named}.values())
+    return {k: v for k, v in run_values(suite, runs, key, unique).items() if math.isfinite(v)}
 
 
 def seed_means(per_seed: list[dict[str, float]]) -> dict[str, float]:
@@ -122,10 +131,11 @@ def pin(suite: Suite, path: Path, per_seed_abs: float | None = None, mean_abs: f
         values[method] = {}
         for setting in p.settings:
             seeds = {seed: runs[method, setting, seed] for seed in sorted(p.suite.seeds)}
+            per_seed = {seed: seed_values(suite, runs, (method, setting, seed)) for seed in seeds}
             values[method][setting] = PinnedCell(
-                seeds={s: PinnedSeed(config_sha256=r.metrics["config_sha256"], values=seed_values(r))
+                seeds={s: PinnedSeed(config_sha256=r.metrics["config_sha256"], values=per_seed[s])
                        for s, r in seeds.items()},
-                mean=seed_means([seed_values(r) for r in seeds.values()]))
+                mean=seed_means(list(per_seed.values())))
     pinned = PinnedFile(format=FORMAT, format_version=FORMAT_VERSION, suite=suite.name,
                         environment=pinned_environment(list(runs.values())),
                         tolerance=Tolerance(per_seed_abs=PER_SEED_ABS if per_seed_abs is None else per_seed_abs,
@@ -151,6 +161,13 @@ def load_pinned(path: Path, suite: Suite) -> PinnedFile:
     if pinned.suite != suite.name:
         raise BenchError(f"pinned file {path} is for suite {pinned.suite!r}, not {suite.name!r}; pass --pinned "
                          "with this suite's file, or create it with `bench pin`")
+    names = {k for cells in pinned.values.values() for cell in cells.values()
+             for k in [*cell.mean, *(k for seed in cell.seeds.values() for k in seed.values)]}
+    for name in sorted(names):
+        try:
+            Statistic.model_validate(name)
+        except ValidationError as exc:
+            raise BenchError(f"pinned file {path}: {describe_validation(exc)}; {fix}") from None
     return pinned
 
 
@@ -261,7 +278,10 @@ def compare(suite: Suite, path: Path) -> Comparison:
     for method, setting in sorted(cells, key=table_order):
         cell = cells[method, setting]
         seeds = sorted({*(cell.seeds if cell else ()), *(seed for m, s, seed in found if (m, s) == (method, setting))})
+        pinned_names = list(dict.fromkeys([*(cell.mean if cell else ()),
+                                           *(k for e in (cell.seeds.values() if cell else ()) for k in e.values)]))
         records: dict[int, RunRecord] = {}
+        now: dict[int, dict[str, float]] = {}
         for seed in seeds:
             key: RunKey = (method, setting, seed)
             entry = cell.seeds.get(seed) if cell else None
@@ -270,15 +290,15 @@ def compare(suite: Suite, path: Path) -> Comparison:
                 note = problems.get(key, "not in the suite's params")
             else:
                 records[seed] = record
+                now[seed] = seed_values(suite, found, key, pinned_names)
                 changed = entry is not None and entry.config_sha256 != record.metrics["config_sha256"]
                 note = "config changed since pinned" if changed else ""
             exact = record is not None and fingerprint(record.provenance, tol.fingerprint) == pinned_print
-            rows += _compare_values(method, setting, seed, entry.values if entry else {},
-                                    seed_values(record) if record else None,
+            rows += _compare_values(method, setting, seed, entry.values if entry else {}, now.get(seed),
                                     0.0 if exact else tol.per_seed_abs, note)
         mean_seeds = sorted(cell.seeds) if cell else seeds
         complete = all(s in records for s in mean_seeds)
-        now_mean = seed_means([seed_values(records[s]) for s in mean_seeds]) if complete and mean_seeds else None
+        now_mean = seed_means([now[s] for s in mean_seeds]) if complete and mean_seeds else None
         exact = complete and all(fingerprint(records[s].provenance, tol.fingerprint) == pinned_print
                                  for s in mean_seeds)
         rows += _compare_values(method, setting, None, cell.mean if cell else {}, now_mean,

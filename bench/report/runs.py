@@ -1,16 +1,19 @@
-"""Reading a suite's run records (metrics.json, curves.csv, timing.json, provenance.json)."""
+"""Reading a suite's run records (metrics.json, records.csv, curves.csv, timing.json,
+provenance.json) and computing their named statistics."""
 from __future__ import annotations
 
 import csv
 import json
 import math
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 from bench.errors import BenchError
 from bench.suites import Suite
+from bench.suites.statistics import Records, Statistic
 
 ACC_METRICS = ("global_acc", "local_acc")
 RunKey = tuple[str, str, int]  # (method, setting, seed)
@@ -24,9 +27,13 @@ class RunRecord:
     timing: dict[str, float]
     provenance: dict[str, Any]
 
-    def value(self, statistic: str, metric: str) -> float | None:
-        """``statistic`` is a metrics.json group (``final``, ``last5_mean``, ``best``)."""
-        return self.metrics.get(statistic, {}).get(metric)
+    @cached_property
+    def records(self) -> Records:
+        """records.csv; for a run trained before it existed, the run-level values of curves.csv."""
+        path = self.run_dir / "records.csv"
+        if path.exists():
+            return Records.from_csv(path.read_text(), str(path))
+        return Records.from_curves((self.run_dir / "curves.csv").read_text(), str(self.run_dir / "curves.csv"))
 
     @property
     def seconds_per_round(self) -> float:
@@ -40,14 +47,6 @@ class RunRecord:
             rows = list(csv.DictReader(handle))
         columns = rows[0].keys() if rows else ["round"]
         return {c: [float(r[c]) if r[c] else math.nan for r in rows] for c in columns}
-
-
-def mean_std(values: list[float]) -> tuple[float, float | None]:
-    """Mean and sample standard deviation (ddof=1; None for one value) over seeds, in seed order."""
-    mean = math.fsum(values) / len(values)
-    if len(values) < 2:
-        return mean, None
-    return mean, math.sqrt(math.fsum((v - mean) ** 2 for v in values) / (len(values) - 1))
 
 
 def run_keys(suite: Suite) -> Iterator[RunKey]:
@@ -78,12 +77,12 @@ def read_run(run_dir: Path) -> RunRecord | str:
                      _read_json(provenance) if provenance.exists() else {})
 
 
-def find_runs(suite: Suite) -> tuple[dict[RunKey, RunRecord], dict[RunKey, str]]:
-    """The suite's finished runs and, separately, why each other run is unavailable (missing,
-    failed, or stale: trained with a config other than the suite's current one)."""
+def find_runs(suite: Suite, keys: list[RunKey] | None = None) -> tuple[dict[RunKey, RunRecord], dict[RunKey, str]]:
+    """The suite's finished runs (of ``keys``, default all) and, separately, why each other run is
+    unavailable (missing, failed, or stale: trained with a config other than the suite's current one)."""
     found: dict[RunKey, RunRecord] = {}
     problems: dict[RunKey, str] = {}
-    for key in run_keys(suite):
+    for key in keys if keys is not None else run_keys(suite):
         record = read_run(suite.run_dir(*key))
         if isinstance(record, str):
             problems[key] = record
@@ -94,12 +93,17 @@ def find_runs(suite: Suite) -> tuple[dict[RunKey, RunRecord], dict[RunKey, str]]
     return found, problems
 
 
+def train_command(suite: Suite, methods: set[str]) -> str:
+    """The command producing these methods' runs, dependencies first."""
+    ordered = suite.train_order(sorted(methods, key=list(suite.params.methods).index))
+    return (f"`bench suite train {' '.join(f'--method {m}' for m in ordered)}` "
+            "(same --params/--root/-S as this command)")
+
+
 def missing_runs_message(suite: Suite, problems: dict[RunKey, str]) -> str:
-    methods = sorted({m for m, _, _ in problems}, key=list(suite.params.methods).index)
-    command = "bench suite train " + " ".join(f"--method {m}" for m in methods)
     return (f"suite {suite.name}: {len(problems)} run(s) missing or failed:\n  "
             + "\n  ".join(problems.values())
-            + f"\nproduce them with `{command}` (same --params/--root/-S as this command)")
+            + f"\nproduce them with {train_command(suite, {m for m, _, _ in problems})}")
 
 
 def require_runs(suite: Suite) -> dict[RunKey, RunRecord]:
@@ -108,3 +112,31 @@ def require_runs(suite: Suite) -> dict[RunKey, RunRecord]:
     if problems:
         raise BenchError(missing_runs_message(suite, problems))
     return found
+
+
+def statistic_value(suite: Suite, runs: Mapping[RunKey, RunRecord], key: RunKey,
+                    statistic: Statistic) -> float | None:
+    """``statistic`` of the run ``key`` (in ``runs``); a statistic comparing with another method's run
+    (CF) reads that run on the same setting and seed, and its absence is a :class:`BenchError`. The
+    reference method's own CF is not reported (it would be 100, specs/fedakd.md §3.1)."""
+    if statistic.reference is None:
+        return statistic.compute(runs[key].records)
+    method, setting, seed = key
+    if method == statistic.reference:
+        return None
+    ref_key = (statistic.reference, setting, seed)
+    reference = runs.get(ref_key)
+    if reference is None:
+        found, problems = find_runs(suite, [ref_key])
+        if ref_key not in found:
+            raise BenchError(f"{statistic.name} of {method}/{setting}/seed{seed} needs the run of "
+                             f"{statistic.reference} on the same setting and seed ({problems[ref_key]}); produce it "
+                             f"with {train_command(suite, {statistic.reference})}")
+        reference = found[ref_key]
+    return statistic.compute(runs[key].records, reference.records)
+
+
+def run_values(suite: Suite, runs: Mapping[RunKey, RunRecord], key: RunKey,
+               statistics: list[Statistic]) -> dict[str, float]:
+    """The run's value of each statistic it has, by name (a metric it lacks, or an undefined value, is left out)."""
+    return {s.name: value for s in statistics if (value := statistic_value(suite, runs, key, s)) is not None}

@@ -4,28 +4,32 @@ Writes to ``reports/<suite>/``:
 
 - ``summary.md`` / ``summary.csv``: method x setting; for global and local accuracy the final-round
   value, the mean of the last 5 rounds and (secondary, optimistic: it selects on the test set) the best
-  over rounds, each as mean ± sample std over seeds; and the mean wall time per round
+  over rounds (the statistics ``final_``, ``last5_``, ``max_<metric>`` of bench/suites/statistics.py,
+  computed from the runs' records), each as mean ± sample std over seeds; and the mean wall time per round
   (``train_time_s / rounds``) as a ratio to FedAvg.
 - ``metrics.json``: ``{method: {setting: {final_global_acc_mean: ..., ...}}}`` for ``dvc metrics show``.
 - ``plots/curves_<setting>.csv``: ``round`` and one column per method and metric (``fedavg_global_acc``),
   the mean over seeds (empty where not evaluated), for ``dvc plots show`` (dvc.yaml declares the folder).
 - ``figures/curves_<setting>.png``: mean over seeds with a min-max band, global and local accuracy panels.
 - ``figures/partition_<setting>.png``: each setting's partition figure.
+- ``paper.md`` (a suite with a paper): the paper's tables, sections and claims (paper_report.py).
 """
 from __future__ import annotations
 
 import csv
-import json
 import io
 from pathlib import Path
 
 import numpy as np
 
 from bench.fileio import atomic_write, write_json, write_text
-from bench.report.runs import ACC_METRICS, RunRecord, mean_std, require_runs
+from bench.report.paper_report import markdown_table, paper_markdown
+from bench.report.pinned import default_pinned_path, load_pinned
+from bench.report.runs import ACC_METRICS, RunRecord, require_runs
 from bench.suites import Suite
+from bench.suites.statistics import Statistic, mean_std
 
-STATISTICS = {"final": "final", "last5": "last5_mean", "best": "best"}  # report name -> metrics.json group
+STATISTICS = {"final": "final", "last5": "last5", "best": "max"}  # report name -> statistic's rounds
 LABELS = {"final": "final", "last5": "last-5", "best": "best†"}
 METRIC_TITLES = {"global_acc": "Global accuracy (global model, global test set)",
                  "local_acc": "Local accuracy (each client's model on its local test split, averaged)"}
@@ -35,10 +39,11 @@ REFERENCE = "fedavg"  # per-round times are reported as ratios to this algorithm
 def cell_stats(records: list[RunRecord]) -> dict[str, float | int]:
     """One (method, setting) cell over its seeds: ``<stat>_<metric>_mean``/``_std``, time per round."""
     out: dict[str, float | int] = {"seeds": len(records)}
-    for name, group in STATISTICS.items():
+    for name, rounds in STATISTICS.items():
         for metric in ACC_METRICS:
-            values = [r.value(group, metric) for r in records]
-            if any(v is None for v in values):
+            statistic = Statistic.model_validate(f"{rounds}_{metric}")
+            values = [v for r in records if (v := statistic.compute(r.records)) is not None]
+            if len(values) < len(records):
                 continue
             mean, std = mean_std(values)
             out[f"{name}_{metric}_mean"] = mean
@@ -50,7 +55,7 @@ def cell_stats(records: list[RunRecord]) -> dict[str, float | int]:
 
 def _reference_method(suite: Suite) -> str | None:
     """The first method running the reference algorithm (a method's algorithm name defaults to its key)."""
-    return next((m for m, section in suite.params.methods.items() if section.get("name", m) == REFERENCE), None)
+    return next((m for m, entry in suite.params.methods.items() if (entry.name or m) == REFERENCE), None)
 
 
 def summarize(suite: Suite, runs: dict[tuple[str, str, int], RunRecord]) -> dict[str, dict[str, dict]]:
@@ -70,11 +75,6 @@ def _pct(cell: dict, key: str) -> str:
         return "—"
     std = cell.get(f"{key}_std")
     return f"{100 * cell[f'{key}_mean']:.2f}" + (f" ± {100 * std:.2f}" if std is not None else "")
-
-
-def _markdown_table(header: list[str], rows: list[list[str]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in rows])
 
 
 def summary_markdown(suite: Suite, table: dict, runs: dict[tuple[str, str, int], RunRecord],
@@ -97,7 +97,7 @@ def summary_markdown(suite: Suite, table: dict, runs: dict[tuple[str, str, int],
         header = ["method"] + [f"{s} {LABELS[name]}" for s in p.settings for name in STATISTICS]
         rows = [[m] + [_pct(table[m][s], f"{name}_{metric}") for s in p.settings for name in STATISTICS]
                 for m in p.methods]
-        parts += [f"## {METRIC_TITLES[metric]}", _markdown_table(header, rows)]
+        parts += [f"## {METRIC_TITLES[metric]}", markdown_table(header, rows)]
     ref = _reference_method(suite)
     header = ["method"] + [f"{s} s/round" for s in p.settings] + ([f"× {ref}"] if ref else [])
     rows = [[m] + [f"{table[m][s]['seconds_per_round']:.3f}" for s in p.settings]
@@ -107,7 +107,7 @@ def summary_markdown(suite: Suite, table: dict, runs: dict[tuple[str, str, int],
               "Mean over seeds of `train_time_s / rounds` (timing.json: local training and aggregation; set-up "
               "and evaluation excluded)"
               + (f"; the last column is the mean over settings of the ratio to `{ref}`." if ref else "."),
-              _markdown_table(header, rows), "## Plots"]
+              markdown_table(header, rows), "## Plots"]
     parts += [f"![{Path(image).stem}]({image})" for image in images]
     return "\n\n".join(parts) + "\n"
 
@@ -197,11 +197,8 @@ def write_report(suite: Suite, out: Path | None = None) -> list[Path]:
     written += partition_figures(suite, out / "figures")
     images = [str(p.relative_to(out)) for p in written if p.suffix == ".png"]
     written.append(write_text(out / "summary.md", summary_markdown(suite, table, runs, images)))
-    if suite.params.suite.paper:
-        from bench.report.paper_report import paper_markdown
-        from bench.report.pinned import default_pinned_path
-
+    if suite.paper is not None:
         pinned_path = default_pinned_path(suite.params_file, suite.name) if suite.params_file else None
-        pinned = json.loads(pinned_path.read_text()) if pinned_path and pinned_path.exists() else None
-        written.append(write_text(out / "paper.md", paper_markdown(suite, table, pinned)))
+        pinned = load_pinned(pinned_path, suite) if pinned_path and pinned_path.exists() else None
+        written.append(write_text(out / "paper.md", paper_markdown(suite, runs, table, pinned)))
     return written

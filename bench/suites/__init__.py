@@ -3,17 +3,28 @@
 A suite is described by a params file (the root ``params.yaml`` for the default suite,
 ``pipelines/<paper>/params.yaml`` for a paper) with this shape::
 
-    suite:    {name, seeds, jobs, base: <experiment config shared by every run>}
-    settings: {<setting>: <config overlay: partition, dataset, model, ...>, ...}   # table columns
-    methods:  {<method>: {name: <algorithm, default: the key>, <hyperparameters>...}, ...}  # rows
+    suite:    {name, seeds, jobs, paper: <optional: a paper of PAPERS whose tables this suite makes>,
+               statistics: [<statistic name>, ...],   # pinned and compared (default: DEFAULT_STATISTICS)
+               base: <experiment config shared by every run>}
+    settings: {<setting>: <config overlay: partition, dataset, model, budget, ...>, ...}   # columns
+    methods:  {<method>: {name: <algorithm, default: the key>, <hyperparameters>...,        # rows
+                          config: <optional: overlay of any config section, e.g. {training: {local_steps: 5}}>,
+                          needs: <optional: [<method whose run this one needs>, ...]>}, ...}
     profile:  <optional: the name of one entry of `profiles`>
     figures:  {<figure>: <config overlay of a partition to draw>, ...}              # optional
     profiles: {<profile>: {suite: <deep-merged>, settings/methods/figures: <replace>}}
 
-A run is ``(method, setting, seed)``; its config is ``base`` deep-merged with the setting's overlay,
-the method's algorithm section and the seed. With a profile the suite is named
+A run is ``(method, setting, seed)``; its config is ``base`` deep-merged with the setting's overlay
+and the method's ``config`` overlay, then the method's algorithm section and the seed. ``budget``
+(in ``base``, a setting or a method's ``config``; the last one given wins) sets the training
+length: ``{rounds: R}``, or ``{iterations: I}`` for R = I / training.local_steps (FedAL's
+iteration budgets with per-method τ, specs/fedal.md A11, A15). With a profile the suite is named
 ``<name>-<profile>``. Results live in ``results/<suite>/<method>/<setting>/seed<seed>/`` and
 partitions in ``partitions/<suite>/<setting>/``, both under the params file's folder.
+
+A run may depend on another method's run on the same setting and seed: through ``needs``, or
+because a statistic compares with it (CF against Standalone, specs/fedakd.md §3.1).
+:meth:`Suite.dependencies` lists them, :meth:`Suite.train_order` trains them first.
 """
 from __future__ import annotations
 
@@ -22,28 +33,82 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from bench.config import ExperimentConfig, apply_overrides, describe_validation, read_yaml_mapping
 from bench.experiment import build_config
 from bench.runner.executor import RunRequest
 from bench.errors import BenchError
+from bench.suites import fedhkd
+from bench.suites.paper import Paper
+from bench.suites.statistics import Statistic
+
+PAPERS: dict[str, Paper] = {paper.definition.name: paper for paper in (fedhkd.PAPER,)}
+DEFAULT_STATISTICS = ("final_global_acc", "last5_global_acc", "final_local_acc", "last5_local_acc")
 
 
 class SuiteSection(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     name: str
-    paper: str | None = Field(None, description="the paper module in bench/suites/ whose tables this suite makes")
+    paper: str | None = Field(None, description="the paper (a key of PAPERS) whose tables this suite makes")
     seeds: list[int] = Field(min_length=1)
     jobs: int = Field(2, ge=1, description="parallel single-threaded run processes")
+    statistics: list[Statistic] = Field(
+        default_factory=lambda: [Statistic.model_validate(s) for s in DEFAULT_STATISTICS],
+        description="pinned and compared for every run; the paper's cells add theirs")
     base: dict[str, Any] = Field(default_factory=dict)
+
+
+class Method(BaseModel):
+    """A table row: the algorithm section (``name`` plus flat hyperparameters), an overlay of any
+    other config section, and the methods whose runs this one needs."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+    name: str | None = Field(None, description="the algorithm (default: the method's key)")
+    config: dict[str, Any] = Field(default_factory=dict)
+    needs: list[str] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _no_algorithm_overlay(self) -> Method:
+        if "algorithm" in self.config:
+            raise ValueError("config.algorithm: put the algorithm's keys beside `name`, not under `config`")
+        return self
+
+    def algorithm(self, key: str) -> dict[str, Any]:
+        return {**(self.model_extra or {}), "name": self.name or key}
+
+
+class Budget(BaseModel):
+    """The training length: rounds, or iterations (rounds × training.local_steps, specs/fedal.md A11)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    rounds: int | None = Field(None, ge=1)
+    iterations: int | None = Field(None, ge=1)
+
+    @model_validator(mode="after")
+    def _one(self) -> Budget:
+        if (self.rounds is None) == (self.iterations is None):
+            raise ValueError("give exactly one of budget.rounds and budget.iterations")
+        return self
+
+    def to_rounds(self, local_steps: int | None) -> int:
+        if self.rounds is not None:
+            return self.rounds
+        assert self.iterations is not None
+        if local_steps is None:
+            raise BenchError(f"budget.iterations={self.iterations} needs training.local_steps (iterations per "
+                             "round); set it, or give budget.rounds")
+        if self.iterations % local_steps:
+            raise BenchError(f"budget.iterations={self.iterations} is not a multiple of training.local_steps="
+                             f"{local_steps}; change one so that rounds = iterations / local_steps is whole")
+        return self.iterations // local_steps
 
 
 class SuiteParams(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     suite: SuiteSection
     settings: dict[str, dict[str, Any]] = Field(min_length=1)
-    methods: dict[str, dict[str, Any]] = Field(min_length=1)
+    methods: dict[str, Method] = Field(min_length=1)
     figures: dict[str, dict[str, Any]] = Field(default_factory=dict)  # name -> config overlay of a partition figure
     profile: str | None = None
     profiles: dict[str, dict[str, Any]] = Field(default_factory=dict)
@@ -70,20 +135,67 @@ class Suite:
     def run_dir(self, method: str, setting: str, seed: int) -> Path:
         return self.results_dir(method) / setting / f"seed{seed}"
 
+    def __post_init__(self) -> None:
+        p = self.params
+        if p.suite.paper is not None and p.suite.paper not in PAPERS:
+            raise BenchError(f"suite {self.name}: paper {p.suite.paper!r} is not one of: {', '.join(PAPERS)}")
+        for method in p.methods:
+            for needed in self.dependencies(method):
+                if needed not in p.methods:
+                    raise BenchError(f"suite {self.name}: method {method} needs the runs of {needed!r} (`needs`, or "
+                                     f"a statistic comparing with it), which is not a method; add it to methods")
+
+    @property
+    def paper(self) -> Paper | None:
+        """The paper whose tables this suite makes, if any."""
+        return PAPERS[self.params.suite.paper] if self.params.suite.paper else None
+
+    def statistics(self, setting: str) -> list[Statistic]:
+        """Every statistic of this setting's runs: the suite's, then those of the paper's cells on it."""
+        named = list(self.params.suite.statistics)
+        if self.paper is not None:
+            named += [s for c in self.paper.definition.columns_for([setting]) for s in c.statistics.values()]
+        return list({s.name: s for s in named}.values())
+
+    def dependencies(self, method: str) -> list[str]:
+        """The methods whose run (same setting and seed) this method's statistics or ``needs`` use."""
+        references = [s.reference for setting in self.params.settings for s in self.statistics(setting)
+                      if s.reference is not None]
+        return [m for m in dict.fromkeys([*self.params.methods[method].needs, *references]) if m != method]
+
+    def train_order(self, methods: list[str]) -> list[str]:
+        """``methods`` with each after those of its dependencies that are among them (else in the order given)."""
+        order: list[str] = []
+
+        def visit(method: str, path: tuple[str, ...]) -> None:
+            if method in path:
+                raise BenchError(f"suite {self.name}: methods depend on each other in a circle "
+                                 f"({' -> '.join((*path, method))}); remove one of their `needs`")
+            for needed in self.dependencies(method):
+                if needed in methods:
+                    visit(needed, (*path, method))
+            if method not in order:
+                order.append(method)
+
+        for method in methods:
+            visit(method, ())
+        return order
+
     def config(self, method: str, setting: str, seed: int) -> ExperimentConfig:
         p = self.params
         if method not in p.methods:
             raise BenchError(f"suite {self.name} has no method {method!r}; methods: {', '.join(p.methods)}")
         if setting not in p.settings:
             raise BenchError(f"suite {self.name} has no setting {setting!r}; settings: {', '.join(p.settings)}")
-        raw = deep_merge(p.suite.base, p.settings[setting])
-        algorithm = dict(p.methods[method])
-        algorithm.setdefault("name", method)
-        raw["algorithm"] = algorithm
+        raw, budget = _merge([p.suite.base, p.settings[setting], p.methods[method].config])
+        raw["algorithm"] = p.methods[method].algorithm(method)
         raw["seed"] = seed
         raw["name"] = f"{self.name}-{method}-{setting}"
         raw.setdefault("tracking", {})["experiment"] = f"suite-{self.name}"
         try:
+            if budget is not None:
+                training = raw.setdefault("training", {})
+                training["rounds"] = _budget(budget).to_rounds(training.get("local_steps"))
             return build_config(raw)
         except BenchError as exc:
             raise BenchError(f"suite {self.name}, method {method}, setting {setting}: {exc}") from None
@@ -96,7 +208,7 @@ class Suite:
 
     def figure_config(self, figure: str) -> ExperimentConfig:
         """The config whose dataset and partition make one of the paper's partition figures."""
-        raw = deep_merge(self.params.suite.base, self.params.figures[figure])
+        raw, _ = _merge([self.params.suite.base, self.params.figures[figure]])
         raw.pop("public", None)  # a figure draws the partition only
         try:
             return build_config(raw)
@@ -106,6 +218,10 @@ class Suite:
     def partition_config(self, setting: str) -> ExperimentConfig:
         """The config whose dataset and partition make this setting's partition (any method will do)."""
         return self.config(next(iter(self.params.methods)), setting, self.params.suite.seeds[0])
+
+    def reload(self, overrides: list[str]) -> Suite:
+        """The suite its params file gives with ``overrides`` (e.g. another profile); itself if it has no file."""
+        return load_suite(self.params_file, self.root, overrides) if self.params_file else self
 
 
 def load_suite(params_file: str | Path, root: str | Path | None = None,
@@ -128,6 +244,20 @@ def load_suite(params_file: str | Path, root: str | Path | None = None,
         raise BenchError(f"suite params file {path}: {describe_validation(exc)}") from None
     return Suite(params, Path(root) if root is not None else path.parent, path)
 
+
+def _merge(layers: list[dict[str, Any]]) -> tuple[dict[str, Any], Any]:
+    """The layers deep-merged in order without their ``budget``, and the last budget given (or None)."""
+    raw: dict[str, Any] = {}
+    for layer in layers:
+        raw = deep_merge(raw, {k: v for k, v in layer.items() if k != "budget"})
+    return raw, next((layer["budget"] for layer in reversed(layers) if "budget" in layer), None)
+
+
+def _budget(raw: Any) -> Budget:
+    try:
+        return Budget.model_validate(raw)
+    except ValidationError as exc:
+        raise BenchError(f"invalid budget: {describe_validation(exc)}") from None
 
 
 def deep_merge(base: dict[str, Any], overlay: dict[str, Any]) -> dict[str, Any]:

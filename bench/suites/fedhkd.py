@@ -1,5 +1,5 @@
-"""FedHKD (ICLR 2023): which runs make which cell of Tables 1 and 2, the paper's values, and the
-claims the report checks (specs/fedhkd.md §6, §6.1, §10).
+"""FedHKD (ICLR 2023): Tables 1 and 2 (``fedhkd.yaml``), the claims the report checks
+(specs/fedhkd.md §6, §6.1, §10) and the Params and Time sections.
 
 The ``paper`` profile's settings are the paper's columns (``svhn-m10`` … ``svhn-b5``). The ``proxy``
 (digits) and ``smoke`` (fabricated 3x32x32) profiles' columns are analogues of the paper's
@@ -8,86 +8,112 @@ they are compared with the paper by rank and by the paper's qualitative claims, 
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
-from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
-import torch
-import yaml
+from bench.suites.paper import TIME_RATIO, Claim, Paper, PaperDefinition, Results, Section
 
-from bench.data import get_dataset_spec
-from bench.report.paper_report import Claim, Column, PaperResults
-from bench.suites import Suite, load_suite
+if TYPE_CHECKING:
+    from bench.suites import Suite
 
-LABELS = {"fedavg": "FedAvg", "fedprox": "FedProx", "moon": "MOON", "fedalign": "FedAlign", "fedgen": "FedGen",
-          "fedmd": "FedMD", "fedproto": "FedProto", "fedhkd_star": "FedHKD*", "fedhkd": "FedHKD",
-          "fedhkd_code": "FedHKD (code mode)"}
-PAPER_METHODS = [m for m in LABELS if m != "fedhkd_code"]  # the rows of the paper's tables
-FOCUS = "fedhkd"  # the paper's proposed method, whose ranking the report states
-DATASETS = {"svhn": "SVHN", "cifar10": "CIFAR-10", "cifar100": "CIFAR-100"}
-TABLE1_CLIENTS = (10, 20, 50)
-PROXY_TABLE1 = {"m5": 10, "m10": 20, "m20": 50}  # proxy setting -> the paper's client count it stands for
-TABLE2_BETAS = ("0.2", "5")
+BETA_PAIRS = [(f"{d}-b0.2", f"{d}-b5") for d in ("cifar10", "svhn")]  # Table 2: the same data at β = 0.2 and 5
 
 
-@cache
-def paper_values() -> dict[str, Any]:
-    return yaml.safe_load(Path(__file__).with_name("fedhkd_paper.yaml").read_text())
+class FedHKD(Paper):
+    def printed(self) -> Results:
+        """The printed tables, with Table 1's Time column as a ratio to FedAvg's, per dataset."""
+        results = super().printed()
+        for column in results.table("table1"):
+            group = self.definition.column(column.key).group
+            for method in results.methods:
+                if (ratio := _ratio(self.time_s(group, method), self.time_s(group, "fedavg"))) is not None:
+                    results.values[method, column.key, TIME_RATIO] = ratio
+        return results
+
+    def time_s(self, group: str | None, method: str) -> float | None:
+        return None if group is None else self.definition.extra("time_s", group, method)
+
+    def claims(self, results: Results) -> list[Claim]:
+        """The paper's claims (§6.1, §10 acceptance criteria (b)-(d)), checked on ``results``."""
+        cols1 = results.table("table1")
+        svhn = [c for c in cols1 if "svhn" in results.groups(c)]
+        beta_pairs = list(dict.fromkeys((results.column(b02), results.column(b5)) for b02, b5 in BETA_PAIRS))
+        among = list(self.definition.methods)
+        acc = results.value
+
+        def tally(text: str, pairs: list[tuple[float | None, float | None]], need: str, strict: bool = False) -> Claim:
+            valid = [(a, b) for a, b in pairs if a is not None and b is not None]
+            wins = sum(a > b if strict else a >= b for a, b in valid)
+            holds = None if not valid else (wins == len(valid) if need == "all" else wins > len(valid) / 2)
+            return Claim(text, holds, f"{wins}/{len(valid)}")
+
+        def ratio_claim(text: str, method: str, ok: Callable[[float], bool]) -> Claim:
+            ratio = results.mean(method, TIME_RATIO, "table1")
+            return Claim(text, None if ratio is None else ok(ratio), "—" if ratio is None else f"{ratio:.2f}×")
+
+        ranks = [r for c in results.columns for m in ("local", "global")
+                 if (r := results.rank(self.definition.proposed, c, m, among))]
+        return [
+            tally("FedHKD's local accuracy ≥ FedAvg's in every Table-1 column (§10 b)",
+                  [(acc("fedhkd", c, "local"), acc("fedavg", c, "local")) for c in cols1], "all"),
+            tally("FedHKD's global accuracy ≥ FedAvg's in most Table-1 columns (§10 b)",
+                  [(acc("fedhkd", c, "global"), acc("fedavg", c, "global")) for c in cols1], "most"),
+            tally("FedGen is worse than FedAvg, local and global"
+                  + (" on SVHN" if results.by_value else " (the paper: on SVHN)") + " (§6.1 i, §10 c)",
+                  [(acc("fedavg", c, m), acc("fedgen", c, m)) for c in svhn for m in ("local", "global")],
+                  "all", strict=True),
+            tally("FedHKD* has a better global accuracy than FedProto (§6.1)",
+                  [(acc("fedhkd_star", c, "global"), acc("fedproto", c, "global")) for c in cols1], "most"),
+            tally("Local accuracy is lower at β=5 than at β=0.2, for every method (§6.1 iii, §10 d)",
+                  [(acc(m, b02, "local"), acc(m, b5, "local")) for m in results.methods for b02, b5 in beta_pairs],
+                  "all", strict=True),
+            ratio_claim("MOON takes ≳ 2× FedAvg's time per round (§10 c)", "moon", lambda r: r >= 1.95),
+            ratio_claim("FedAlign takes ≳ 2× FedAvg's time per round (§10 c)", "fedalign", lambda r: r >= 1.95),
+            ratio_claim("FedHKD's time per round is at most ~1.5× FedAvg's (§10 c)", "fedhkd", lambda r: r <= 1.5),
+            Claim("FedHKD generally ranks best or second best (§6.1)",
+                  sum(r <= 2 for r in ranks) > len(ranks) / 2 if ranks else None,
+                  f"top-2 in {sum(r <= 2 for r in ranks)}/{len(ranks)} cells"),
+        ]
+
+    def sections(self, suite: Suite, ours: Results) -> list[Section]:
+        """Table 1's Params and Time columns: ours beside the paper's, per dataset."""
+        d = self.definition
+        counts = parameter_counts(suite, list(d.groups))
+        return [
+            Section("Params (M): models held in memory during local training",
+                    "Ours counted from the paper-scale models and truncated to 3 decimals; the paper's Table 1 values "
+                    "beside them (the paper truncates one model's count before multiplying it, so FedProx and MOON "
+                    "can differ in the last digit).",
+                    ["method"] + [f"{label} {who}" for label in d.groups.values() for who in ("ours", "paper")],
+                    [[d.label(m)] + [cell for g in d.groups for cell in (
+                        f"{math.floor(counts[m][g] / 1e3) / 1e3:.3f}", _fmt(d.extra("params_m", g, m), 3))]
+                     for m in suite.params.methods]),
+            Section("Time per round, as a ratio to FedAvg",
+                    "Ours: training time per round (timing.json), mean over seeds and the Table-1 columns; paper: "
+                    "Table 1's Time column divided by FedAvg's, per dataset (absolute seconds are hardware-specific).",
+                    ["method", "ours", *(f"paper {label}" for label in d.groups.values())],
+                    [[d.label(m), _fmt(ours.mean(m, TIME_RATIO, "table1"), 2)]
+                     + [_fmt(_ratio(self.time_s(g, m), self.time_s(g, "fedavg")), 2) for g in d.groups]
+                     for m in suite.params.methods]),
+        ]
 
 
-def paper_value(table: str, dataset: str, method: str, column: str) -> float | None:
-    """The printed value of ``method`` in ``column`` (e.g. ``local_10``, ``global_b5``, ``time_s``)."""
-    data = paper_values()[table]
-    row = data.get(dataset, {}).get(method)
-    return None if row is None else row[data["columns"].index(column)]
-
-
-def columns(settings: list[str]) -> list[Column]:
-    """The table columns this suite's settings make, each tied to the paper cells it reproduces."""
-    out: list[Column] = []
-    if "svhn-m10" in settings:  # the paper profile
-        for dataset, name in DATASETS.items():
-            out += [Column("table1", f"{name} m={m}", f"{dataset}-m{m}", {dataset: str(m)}) for m in TABLE1_CLIENTS]
-        for dataset in ("cifar10", "svhn"):
-            out += [Column("table2", f"{DATASETS[dataset]} β={b}", f"{dataset}-b{b}", {dataset: f"b{b}"})
-                    for b in TABLE2_BETAS]
-    else:
-        out += [Column("table1", f"m={s[1:]} (paper m={m})", s, {d: str(m) for d in DATASETS})
-                for s, m in PROXY_TABLE1.items() if s in settings]
-        out += [Column("table2", f"m=10 β={b}", f"m10-b{b}", {d: f"b{b}" for d in ("cifar10", "svhn")})
-                for b in TABLE2_BETAS if f"m10-b{b}" in settings]
-    return [c for c in out if c.setting in settings]
-
-
-def paper_results() -> PaperResults:
-    """The paper's own Tables 1-2 as results, so every claim is also checked on the printed numbers."""
-    settings = [f"{d}-m{m}" for d in DATASETS for m in TABLE1_CLIENTS] + \
-        [f"{d}-b{b}" for d in ("cifar10", "svhn") for b in TABLE2_BETAS]
-    results = PaperResults(PAPER_METHODS, columns(settings))
-    for column in results.columns:
-        ((dataset, key),) = column.paper.items()
-        for method in PAPER_METHODS:
-            for metric in ("local", "global"):
-                results.values[method, column.setting, metric] = paper_value(column.table, dataset, method,
-                                                                             f"{metric}_{key}")
-    for method in PAPER_METHODS:
-        results.time_ratios[method] = sum(paper_value("table1", d, method, "time_s")
-                                          / paper_value("table1", d, "fedavg", "time_s") for d in DATASETS) / 3
-    return results
-
-
-def parameter_counts(suite: Suite) -> dict[str, dict[str, int]]:
+def parameter_counts(suite: Suite, datasets: list[str]) -> dict[str, dict[str, int]]:
     """Per method and paper dataset, the parameters held during local training at the paper's scale
     (the ``paper`` profile's ``<dataset>-m10`` config): Table 1's "Params" column."""
+    import torch
+
     from bench.algorithms import get_algorithm
+    from bench.data import get_dataset_spec
     from bench.engine.context import Context
     from bench.models import build_model
 
-    paper = load_suite(suite.params_file, suite.root, ["profile=null"]) if suite.params_file else suite
+    paper = suite.reload(["profile=null"])
     out: dict[str, dict[str, int]] = {}
     for method in suite.params.methods:
-        for dataset in DATASETS:
+        for dataset in datasets:
             cfg = paper.config(method, f"{dataset}-m10", 0)
             spec = get_dataset_spec(cfg.dataset.name)
             ctx = Context(cfg, spec.image_shape, spec.num_classes, torch.device("meta"))
@@ -99,46 +125,12 @@ def parameter_counts(suite: Suite) -> dict[str, dict[str, int]]:
     return out
 
 
-def claims(results: PaperResults, paper_profile: bool) -> list[Claim]:
-    """The paper's claims (§6.1, §10 acceptance criteria (b)-(d)), checked on ``results``."""
-    cols1 = [c for c in results.columns if c.table == "table1"]
-    cols2 = {c.setting: c for c in results.columns if c.table == "table2"}
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return None if a is None or b is None else a / b
 
-    def tally(text: str, pairs: list[tuple[float | None, float | None]], need: str, strict: bool = False) -> Claim:
-        valid = [(a, b) for a, b in pairs if a is not None and b is not None]
-        wins = sum(a > b if strict else a >= b for a, b in valid)
-        holds = None if not valid else (wins == len(valid) if need == "all" else wins > len(valid) / 2)
-        return Claim(text, holds, f"{wins}/{len(valid)}")
 
-    def ratio_claim(text: str, method: str, ok: Callable[[float], bool]) -> Claim:
-        ratio = results.time_ratio(method)
-        return Claim(text, None if ratio is None else ok(ratio), "—" if ratio is None else f"{ratio:.2f}×")
+def _fmt(value: float | None, digits: int) -> str:
+    return "—" if value is None else f"{value:.{digits}f}"
 
-    svhn = [c for c in cols1 if not paper_profile or c.setting.startswith("svhn")]
-    if paper_profile:
-        beta_pairs = [(cols2.get(f"{d}-b0.2"), cols2.get(f"{d}-b5")) for d in ("cifar10", "svhn")]
-    else:
-        beta_pairs = [(cols2.get("m10-b0.2"), cols2.get("m10-b5"))]
-    ranks = [r for c in results.columns for m in ("local", "global")
-             if (r := results.rank("fedhkd", c, m, PAPER_METHODS))]
-    return [
-        tally("FedHKD's local accuracy ≥ FedAvg's in every Table-1 column (§10 b)",
-              [(results.acc("fedhkd", c, "local"), results.acc("fedavg", c, "local")) for c in cols1], "all"),
-        tally("FedHKD's global accuracy ≥ FedAvg's in most Table-1 columns (§10 b)",
-              [(results.acc("fedhkd", c, "global"), results.acc("fedavg", c, "global")) for c in cols1], "most"),
-        tally("FedGen is worse than FedAvg, local and global" + (" on SVHN" if paper_profile else
-                                                                 " (the paper: on SVHN)") + " (§6.1 i, §10 c)",
-              [(results.acc("fedavg", c, m), results.acc("fedgen", c, m)) for c in svhn for m in ("local", "global")],
-              "all", strict=True),
-        tally("FedHKD* has a better global accuracy than FedProto (§6.1)",
-              [(results.acc("fedhkd_star", c, "global"), results.acc("fedproto", c, "global")) for c in cols1],
-              "most"),
-        tally("Local accuracy is lower at β=5 than at β=0.2, for every method (§6.1 iii, §10 d)",
-              [(results.acc(m, high, "local"), results.acc(m, low, "local"))
-               for m in results.methods for high, low in beta_pairs], "all", strict=True),
-        ratio_claim("MOON takes ≳ 2× FedAvg's time per round (§10 c)", "moon", lambda r: r >= 1.95),
-        ratio_claim("FedAlign takes ≳ 2× FedAvg's time per round (§10 c)", "fedalign", lambda r: r >= 1.95),
-        ratio_claim("FedHKD's time per round is at most ~1.5× FedAvg's (§10 c)", "fedhkd", lambda r: r <= 1.5),
-        Claim("FedHKD generally ranks best or second best (§6.1)", bool(ranks) and sum(r <= 2 for r in ranks)
-              > len(ranks) / 2 if ranks else None, f"top-2 in {sum(r <= 2 for r in ranks)}/{len(ranks)} cells"),
-    ]
+
+PAPER = FedHKD(PaperDefinition.load(Path(__file__).with_name("fedhkd.yaml")))

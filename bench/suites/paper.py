@@ -1,0 +1,311 @@
+"""A paper's tables as data, and what its module adds in code (DESIGN.md "suites").
+
+:class:`PaperDefinition` (a YAML file beside the paper module) holds every table the suite
+reproduces: its measures (each a named statistic, bench/suites/statistics.py), its columns (each
+measured on one suite setting) and the paper's printed values, transcribed as printed
+(:class:`Block`). So every cell names (method, setting, metric, statistic) and carries the printed
+value (None where the paper prints none). ``analogues`` are the columns of scaled-down profiles:
+each stands for paper columns and is compared with them by rank and by the paper's claims, not by
+value.
+
+:class:`Paper` is what the paper module (``bench/suites/<paper>.py``) provides: the definition,
+the paper's claims as functions over :class:`Results` (ours, or the paper's own tables), and extra
+report sections (e.g. FedHKD's Params and Time columns). The report renders any paper from these.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
+
+from bench.config import describe_validation, read_yaml_mapping
+from bench.errors import BenchError
+from bench.suites.statistics import Statistic
+
+if TYPE_CHECKING:
+    from bench.suites import Suite
+
+TIME_RATIO = "time_ratio"  # a measure every Results may hold: training time per round / FedAvg's
+CellKey = tuple[str, str, str]  # (method, column key, measure)
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Measure(_Strict):
+    """A quantity a table prints for every (method, column), e.g. FedHKD's local accuracy."""
+
+    label: str
+    statistic: Statistic
+    spread: Literal["std", "max_abs_dev"] = Field("std", description="over seeds, as the paper reports it")
+    scale: float = Field(1.0, gt=0, description="printed value = ours × scale (100 for a paper printing %)")
+    digits: int = Field(4, ge=0, description="decimals shown")
+
+
+class Column(_Strict):
+    """A column of the paper's table, measured on ``setting`` (default: the column's key)."""
+
+    label: str
+    setting: str | None = None
+    group: str | None = Field(None, description="a key of the definition's groups, e.g. the dataset")
+    statistic: dict[str, Any] = Field(default_factory=dict, description="overrides of every measure's "
+                                      "statistic in this column, e.g. {target: 0.85}")
+
+
+class Analogue(_Strict):
+    """A column of a scaled-down profile, measured on ``setting`` (default: its key), standing for
+    paper columns of one table."""
+
+    label: str
+    setting: str | None = None
+    stands_for: list[str] = Field(min_length=1)
+    statistic: dict[str, Any] = Field(default_factory=dict)
+
+
+class Block(_Strict):
+    """A contiguous part of a printed table, transcribed as printed: per method, the values of
+    ``columns`` × ``measures`` (measure-major), then those of ``extra`` (printed columns that are
+    not run statistics, e.g. FedHKD's Params and Time), which belong to ``group``."""
+
+    group: str | None = None
+    columns: list[str] = Field(min_length=1)
+    measures: list[str] = Field(min_length=1)
+    extra: list[str] = Field(default_factory=list)
+    rows: dict[str, list[float | None]] = Field(min_length=1)
+
+
+class Table(_Strict):
+    title: str
+    caption: str = ""
+    measures: dict[str, Measure] = Field(min_length=1)
+    columns: dict[str, Column] = Field(min_length=1)
+    printed: list[Block] = Field(min_length=1)
+
+
+@dataclass(frozen=True)
+class ReportColumn:
+    """A column of a report: measured on our ``setting``, standing for the paper columns
+    ``stands_for`` (just itself for a paper column), with each measure's statistic."""
+
+    key: str
+    table: str
+    label: str
+    setting: str
+    stands_for: tuple[str, ...]
+    statistics: dict[str, Statistic] = field(compare=False)  # measure -> statistic
+
+    @property
+    def exact(self) -> bool:
+        """The paper's own column, so compared by value."""
+        return self.stands_for == (self.key,)
+
+
+class PaperDefinition(_Strict):
+    """A paper's tables (module docstring); ``methods`` are the rows of its tables, in order."""
+
+    name: str
+    title: str
+    source: str = Field(description="where the printed values come from, e.g. specs/fedhkd.md §6")
+    proposed: str = Field(description="the paper's own method, whose rank the report states")
+    methods: dict[str, str] = Field(min_length=1, description="method -> label")
+    labels: dict[str, str] = Field(default_factory=dict, description="labels of suite methods not in the tables")
+    groups: dict[str, str] = Field(default_factory=dict, description="column group -> label, e.g. dataset")
+    tables: dict[str, Table] = Field(min_length=1)
+    analogues: dict[str, Analogue] = Field(default_factory=dict)
+    low_confidence: list[tuple[str, str, str]] = Field(default_factory=list, description=(
+        "(method, column, measure) cells whose printed value the spec doubts"))
+    _values: dict[CellKey, float | None] = PrivateAttr(default_factory=dict)
+    _extra: dict[tuple[str, str | None, str], float | None] = PrivateAttr(default_factory=dict)
+
+    @classmethod
+    def load(cls, path: Path) -> PaperDefinition:
+        try:
+            return cls.model_validate(read_yaml_mapping(path, "paper definition"))
+        except ValidationError as exc:
+            raise BenchError(f"paper definition {path}: {describe_validation(exc)}") from None
+
+    @model_validator(mode="after")
+    def _check(self) -> PaperDefinition:
+        if self.proposed not in self.methods:
+            raise ValueError(f"proposed: {self.proposed!r} is not one of the methods")
+        owner: dict[str, str] = {}
+        for name, table in self.tables.items():
+            for key, column in table.columns.items():
+                if key in owner:
+                    raise ValueError(f"tables.{name}: column {key!r} is also in {owner[key]}; column keys are unique")
+                if column.group is not None and column.group not in self.groups:
+                    raise ValueError(f"tables.{name}.columns.{key}.group: {column.group!r} is not one of the groups")
+                owner[key] = name
+                for measure in table.measures.values():
+                    _override(measure.statistic, column.statistic)
+            self._transcribe(name, table)
+        for key, analogue in self.analogues.items():
+            tables = {owner.get(c) for c in analogue.stands_for}
+            if key in owner or None in tables or len(tables) != 1:
+                raise ValueError(f"analogues.{key}: its key must be no paper column's and stands_for paper "
+                                 f"columns of one table ({analogue.stands_for})")
+            for measure in self.tables[owner[analogue.stands_for[0]]].measures.values():
+                _override(measure.statistic, analogue.statistic)
+        for cell in self.low_confidence:
+            if cell not in self._values:
+                raise ValueError(f"low_confidence: {list(cell)} is not a printed (method, column, measure)")
+        return self
+
+    def _transcribe(self, name: str, table: Table) -> None:
+        """Each block's values into cells; every method a table prints has every cell exactly once."""
+        for index, block in enumerate(table.printed):
+            where = f"tables.{name}.printed[{index}]"
+            unknown = [*(c for c in block.columns if c not in table.columns),
+                       *(m for m in block.measures if m not in table.measures),
+                       *(m for m in block.rows if m not in self.methods)]
+            if unknown:
+                raise ValueError(f"{where}: {unknown} are not columns, measures or methods of the table")
+            if block.extra and block.group is None:
+                raise ValueError(f"{where}: extra values need the block's group")
+            for method, row in block.rows.items():
+                width = len(block.columns) * len(block.measures) + len(block.extra)
+                if len(row) != width:
+                    raise ValueError(f"{where}.rows.{method}: {len(row)} values, the block has {width} columns")
+                cells = [(method, c, m) for m in block.measures for c in block.columns]
+                for cell, value in zip(cells, row):
+                    if cell in self._values:
+                        raise ValueError(f"{where}.rows.{method}: {list(cell)} is printed twice")
+                    self._values[cell] = value
+                for extra, value in zip(block.extra, row[len(cells):]):
+                    self._extra[extra, block.group, method] = value
+        for method in dict.fromkeys(m for block in table.printed for m in block.rows):
+            if missing := [(c, m) for c in table.columns for m in table.measures if (method, c, m) not in self._values]:
+                raise ValueError(f"tables.{name}: {method} has no printed value for (column, measure) {missing}; "
+                                 "transcribe it (null where the paper prints none)")
+
+    def label(self, method: str) -> str:
+        return self.methods.get(method) or self.labels.get(method, method)
+
+    def value(self, method: str, column: str, measure: str) -> float | None:
+        """The printed value of a cell (None: not printed)."""
+        return self._values.get((method, column, measure))
+
+    def extra(self, name: str, group: str, method: str) -> float | None:
+        """A printed value that is not a run statistic (a block's ``extra``), e.g. FedHKD's ``time_s``."""
+        return self._extra.get((name, group, method))
+
+    def column(self, key: str) -> Column:
+        return next(t.columns[key] for t in self.tables.values() if key in t.columns)
+
+    def table_of(self, column: str) -> str:
+        return next(name for name, t in self.tables.items() if column in t.columns)
+
+    def columns_for(self, settings: list[str]) -> list[ReportColumn]:
+        """The report columns these settings make, per table: its paper columns, then its analogues."""
+        out: list[ReportColumn] = []
+        for name, table in self.tables.items():
+            entries = [(key, c.label, c.setting or key, (key,), c.statistic) for key, c in table.columns.items()]
+            entries += [(key, a.label, a.setting or key, tuple(a.stands_for), a.statistic)
+                        for key, a in self.analogues.items() if self.table_of(a.stands_for[0]) == name]
+            out += [ReportColumn(key, name, label, setting, stands_for,
+                                 {m: _override(measure.statistic, overrides) for m, measure in table.measures.items()})
+                    for key, label, setting, stands_for, overrides in entries if setting in settings]
+        return out
+
+    def results(self) -> Results:
+        """The paper's own tables as results, so every claim is also checked on the printed numbers."""
+        settings = [c.setting or key for t in self.tables.values() for key, c in t.columns.items()]
+        columns = [c for c in self.columns_for(settings) if c.exact]
+        return Results(self, list(self.methods), columns,
+                       {(m, c.key, measure): v for m in self.methods for c in columns
+                        for measure in self.tables[c.table].measures
+                        if (v := self.value(m, c.key, measure)) is not None})
+
+
+def _override(statistic: Statistic, overrides: dict[str, Any]) -> Statistic:
+    """``statistic`` with some fields replaced (a column's ``statistic``)."""
+    if not overrides:
+        return statistic
+    try:
+        return Statistic.model_validate({**statistic.model_dump(), **overrides})
+    except ValidationError as exc:
+        raise ValueError(f"statistic {statistic.name} with {overrides}: {describe_validation(exc)}") from None
+
+
+@dataclass
+class Results:
+    """One number per (method, report column, measure): ours (mean over seeds) or the paper's printed
+    value; :data:`TIME_RATIO` is a measure too where known."""
+
+    paper: PaperDefinition
+    methods: list[str]
+    columns: list[ReportColumn]
+    values: dict[CellKey, float] = field(default_factory=dict)
+
+    @property
+    def by_value(self) -> bool:
+        """Every column is the paper's own (not an analogue)."""
+        return all(c.exact for c in self.columns)
+
+    def table(self, name: str) -> list[ReportColumn]:
+        return [c for c in self.columns if c.table == name]
+
+    def column(self, paper_column: str) -> ReportColumn | None:
+        """Our column standing for this paper column, if any."""
+        return next((c for c in self.columns if paper_column in c.stands_for), None)
+
+    def groups(self, column: ReportColumn) -> list[str | None]:
+        """The groups (e.g. datasets) of the paper columns ``column`` stands for."""
+        return [self.paper.column(key).group for key in column.stands_for]
+
+    def value(self, method: str, column: ReportColumn | None, measure: str) -> float | None:
+        return None if column is None else self.values.get((method, column.key, measure))
+
+    def mean(self, method: str, measure: str, table: str) -> float | None:
+        """The mean over the table's columns that have a value, in column order."""
+        values = [v for c in self.table(table) if (v := self.value(method, c, measure)) is not None]
+        return sum(values) / len(values) if values else None
+
+    def rank(self, method: str, column: ReportColumn | None, measure: str,
+             among: list[str] | None = None) -> int | None:
+        """1 + the number of methods (of ``among``, default all) strictly better in this cell."""
+        mine = self.value(method, column, measure)
+        if column is None or mine is None:
+            return None
+        higher = self.paper.tables[column.table].measures[measure].statistic.higher_is_better
+        others = [v for m in among or self.methods if (v := self.value(m, column, measure)) is not None]
+        return 1 + sum((v > mine) if higher else (v < mine) for v in others)
+
+
+@dataclass(frozen=True)
+class Claim:
+    text: str
+    holds: bool | None  # None: not measurable with these results
+    evidence: str
+
+
+@dataclass(frozen=True)
+class Section:
+    """An extra report section a paper module supplies: a title, a note and a table of text cells."""
+
+    title: str
+    note: str
+    header: list[str]
+    rows: list[list[str]]
+
+
+class Paper:
+    """A paper's definition and code; a paper module subclasses it to add claims and sections."""
+
+    def __init__(self, definition: PaperDefinition) -> None:
+        self.definition = definition
+
+    def printed(self) -> Results:
+        """The paper's own tables as results (a subclass may add measures, e.g. :data:`TIME_RATIO`)."""
+        return self.definition.results()
+
+    def claims(self, results: Results) -> list[Claim]:
+        """The paper's claims checked on ``results`` (ours or :meth:`printed`), in a fixed order."""
+        return []
+
+    def sections(self, suite: Suite, ours: Results) -> list[Section]:
+        """Report sections beyond the tables, e.g. FedHKD's Params and Time columns."""
+        return []

@@ -1,0 +1,202 @@
+"""A paper suite other than FedHKD, end to end on fabricated runs: a typed definition whose cells name
+(method, setting, metric, statistic) — Max Client Accuracy and CF against Standalone (FedAKD-style),
+rounds to a target with mean ± max absolute deviation (DaFKD-style) — its report, pin and compare."""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+import yaml
+
+from bench.cli import main
+from bench.errors import BenchError
+from bench.suites import PAPERS, load_suite
+from bench.suites.paper import Claim, Paper, PaperDefinition, Results
+from tests.fabricated import fabricate_run
+
+DEFINITION = """
+name: demo
+title: Demo (a FedAKD/DaFKD-like paper)
+source: tests/test_paper.py
+proposed: fedavg
+methods: {standalone: Standalone, fedavg: FedAvg, fedprox: FedProx}
+groups: {d: digits}
+tables:
+  fairness:
+    title: Table 1
+    measures:
+      max: {label: Max, statistic: final_clientmax_local_acc, scale: 100, digits: 2}
+      cf: {label: CF, statistic: final_cf(standalone)_local_acc, digits: 2}
+    columns:
+      iid: {label: IID, group: d}
+      dir: {label: DIR, group: d}
+    printed:
+      - columns: [iid, dir]
+        measures: [max, cf]
+        rows:
+          standalone: [70.0, 75.0, null, null]
+          fedavg:     [91.0, 88.0, 85.5, 80.0]
+          fedprox:    [90.0, 89.0, -20.0, 10.0]
+  rounds:
+    title: Table 2
+    measures:
+      rounds: {label: rounds, statistic: reach0.5_global_acc, spread: max_abs_dev, digits: 2}
+    columns:
+      dir-50: {label: DIR 50%, setting: dir}
+      dir-90: {label: DIR 90%, setting: dir, statistic: {target: 0.9}}
+    printed:
+      - columns: [dir-50, dir-90]
+        measures: [rounds]
+        rows:
+          fedavg:  [2.33, 4.0]
+          fedprox: [3.0, null]
+low_confidence: [[fedprox, dir, cf]]
+"""
+PARAMS = """
+suite:
+  name: demo
+  paper: demo
+  seeds: [0, 1, 2]
+  base: {partition: {num_clients: 4}, training: {rounds: 4}, evaluation: {every: 1}, tracking: {mlflow: false}}
+settings:
+  iid: {partition: {scheme: iid}}
+  dir: {partition: {scheme: dirichlet, alpha: 0.5}}
+methods:
+  fedprox: {name: fedprox, mu: 0.1}
+  fedavg: {}
+  standalone: {}
+"""
+STANDALONE = [0.2, 0.4, 0.6, 0.8]  # every setting and seed: Acc_s at the last round
+FEDAVG = [0.3, 0.5, 0.7, 0.9]      # CF 100 against Acc_s, max 0.9
+FEDPROX = [0.9, 0.7, 0.5, 0.3]     # CF -100
+GLOBAL = {0: [0.2, 0.5, 0.6, 0.95], 1: [0.4, 0.45, 0.5, 0.7], 2: [0.45, 0.6, 0.7, 0.8]}  # rounds 1-4 per seed
+
+
+class Demo(Paper):
+    def claims(self, results: Results) -> list[Claim]:
+        pairs = [(results.value("fedavg", c, "cf"), results.value("fedprox", c, "cf"))
+                 for c in results.table("fairness")]
+        wins = sum(a > b for a, b in pairs if a is not None and b is not None)
+        return [Claim("FedAvg is fairer than FedProx", wins == len(pairs), f"{wins}/{len(pairs)}")]
+
+
+@pytest.fixture
+def definition() -> PaperDefinition:
+    return PaperDefinition.model_validate(yaml.safe_load(DEFINITION))
+
+
+@pytest.fixture
+def root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, definition: PaperDefinition) -> Path:
+    """The demo suite with every run fabricated: per-client local accuracy at each round (the same for
+    every round), the global model's accuracy per seed, no global model for Standalone."""
+    monkeypatch.setitem(PAPERS, "demo", Demo(definition))
+    (tmp_path / "params.yaml").write_text(PARAMS)
+    suite = load_suite(tmp_path / "params.yaml")
+    for method, accs in (("standalone", STANDALONE), ("fedavg", FEDAVG), ("fedprox", FEDPROX)):
+        for setting in suite.params.settings:
+            for seed in suite.params.suite.seeds:
+                run_level = {"train_loss": {r: 1.0 / r for r in range(1, 5)}}
+                if method != "standalone":
+                    run_level["global_acc"] = dict(enumerate(GLOBAL[seed], start=1))
+                fabricate_run(suite.run_dir(method, setting, seed), suite.config(method, setting, seed),
+                              {"local_acc": {r: accs for r in range(1, 5)}}, run_level)
+    return tmp_path
+
+
+def test_cells_name_method_setting_statistic_and_printed_value(definition: PaperDefinition) -> None:
+    columns = {c.key: c for c in definition.columns_for(["iid", "dir"])}
+    assert list(columns) == ["iid", "dir", "dir-50", "dir-90"]
+    assert (columns["dir-90"].setting, columns["dir-90"].statistics["rounds"].name) == ("dir", "reach0.9_global_acc")
+    assert columns["iid"].statistics["cf"].reference == "standalone" and columns["iid"].exact
+    assert definition.value("fedprox", "dir-50", "rounds") == 3.0
+    assert definition.value("fedprox", "dir-90", "rounds") is None  # printed blank
+    assert definition.value("standalone", "dir-50", "rounds") is None  # not a row of Table 2
+    printed = definition.results()
+    assert printed.rank("fedavg", printed.column("dir-50"), "rounds") == 1  # fewer rounds is better
+    assert printed.rank("fedprox", printed.column("iid"), "cf") == 2
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda d: d["tables"]["rounds"]["printed"][0]["rows"].update(fedavg=[1.0]), "fedavg: 1 values, the block has 2"),
+    (lambda d: d["tables"]["rounds"]["printed"].append(d["tables"]["rounds"]["printed"][0]), "printed twice"),
+    (lambda d: d["tables"]["rounds"]["printed"][0].update(columns=["dir-50"], rows={"fedavg": [2.0]}),
+     r"fedavg has no printed value for \(column, measure\) \[\('dir-90', 'rounds'\)\]"),
+    (lambda d: d["tables"]["rounds"]["columns"].update(iid={"label": "x"}), "column 'iid' is also in fairness"),
+    (lambda d: d["tables"]["rounds"]["columns"]["dir-90"].update(statistic={"k": 3}), "k is not allowed"),
+    (lambda d: d.update(analogues={"m5": {"label": "x", "stands_for": ["iid", "dir-50"]}}), "of one table"),
+    (lambda d: d.update(low_confidence=[["fedavg", "dir", "rounds"]]), "is not a printed"),
+    (lambda d: d.update(proposed="fedmd"), "'fedmd' is not one of the methods"),
+])
+def test_definition_errors(tmp_path: Path, edit, message: str) -> None:
+    raw = yaml.safe_load(DEFINITION)
+    edit(raw)
+    (tmp_path / "demo.yaml").write_text(yaml.safe_dump(raw))
+    with pytest.raises(BenchError, match=f"paper definition {tmp_path / 'demo.yaml'}: .*{message}"):
+        PaperDefinition.load(tmp_path / "demo.yaml")
+
+
+def test_suite_knows_the_cells_statistics_and_the_cf_dependency(root: Path) -> None:
+    suite = load_suite(root / "params.yaml")
+    assert [s.name for s in suite.statistics("dir")] == [
+        "final_global_acc", "last5_global_acc", "final_local_acc", "last5_local_acc", "final_clientmax_local_acc",
+        "final_cf(standalone)_local_acc", "reach0.5_global_acc", "reach0.9_global_acc"]
+    assert suite.dependencies("fedavg") == ["standalone"] and suite.dependencies("standalone") == []
+    assert suite.train_order(list(suite.params.methods)) == ["standalone", "fedprox", "fedavg"]
+    with pytest.raises(BenchError, match="method fedavg needs the runs of 'standalone'.*add it to methods"):
+        load_suite(root / "params.yaml", overrides=["methods={fedavg: {}}"])
+
+
+def test_report_renders_the_definition(root: Path) -> None:
+    assert main(["suite", "report", "--params", str(root / "params.yaml")]) == 0
+    paper = (root / "reports" / "demo" / "paper.md").read_text()
+    assert paper.startswith("# Demo (a FedAKD/DaFKD-like paper) — paper tables, suite `demo`")
+    assert "Measures: **Max** `final_clientmax_local_acc` ×100; **CF** `final_cf(standalone)_local_acc`." in paper
+    # FedProx on DIR: max 90.00 (0.9 × 100, every seed), CF -100 (paper -20.0, doubted), ranks 1 and 2 of 3
+    assert ("| FedProx | 90.00 ± 0.00 | — | 89.00 | 1.00 | -100.00 ± 0.00 | — | 10.00‡ | -110.00 | 1 (1) | 2 (2) |"
+            in paper)
+    # rounds to 50%: seeds reach it at rounds 2, 3, 2 -> 2.33 ± 0.67 (max absolute deviation); to 90%: 4, never, never
+    assert "| FedAvg | 2.33 ± 0.67 | — | 2.33 | 0.00 | 1 (1) |" in paper
+    assert "| FedAvg | not reached | — | 4.00 | not reached | 1 (1) |" in paper
+    # Standalone's own CF is blank, as the paper prints it (specs/fedakd.md §3.1)
+    assert "| Standalone | 80.00 ± 0.00 | — | 75.00 | 5.00 | — | — | — | — | 3 (3) | — (—) |" in paper
+    assert "Measures: **rounds** `reach0.9_global_acc` (± max absolute deviation over seeds)." in paper
+    assert "| FedAvg is fairer than FedProx | **holds** (2/2) | **holds** (2/2) |" in paper
+    assert "## FedAvg's rank among the paper's 3 methods" in paper
+
+
+def test_pin_and_compare_cover_every_declared_statistic(root: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    common = ["--params", str(root / "params.yaml")]
+    assert main(["pin", *common]) == 0
+    pinned = root / "reports" / "pinned" / "demo.json"
+    data = json.loads(pinned.read_text())
+    dir_fedavg = data["values"]["fedavg"]["dir"]
+    assert dir_fedavg["seeds"]["1"]["values"]["final_cf(standalone)_local_acc"] == pytest.approx(100.0)
+    assert dir_fedavg["seeds"]["1"]["values"]["reach0.5_global_acc"] == 3.0
+    assert "reach0.9_global_acc" not in dir_fedavg["seeds"]["1"]["values"]  # never reached: not pinned
+    assert dir_fedavg["mean"]["final_clientmax_local_acc"] == pytest.approx(0.9)
+    assert "reach0.9_global_acc" not in dir_fedavg["mean"]
+    assert "final_cf(standalone)_local_acc" not in data["values"]["standalone"]["dir"]["mean"]  # blank, as printed
+    assert "reach0.5_global_acc" not in data["values"]["fedavg"]["iid"]["mean"]  # no Table-2 column on iid
+    dir_fedavg["seeds"]["0"]["values"]["max_global_acc"] = 0.95  # a pinned statistic the suite does not declare
+    pinned.write_text(json.dumps(data))
+    capsys.readouterr()
+    assert main(["compare", *common]) == 0
+    out = capsys.readouterr().out
+    assert "0 DRIFT, 0 MISSING, 3 not pinned" in out  # computed for the cell's other seeds and mean too
+    assert any(line.split()[:4] == ["fedavg", "dir", "0", "max_global_acc"] for line in out.splitlines())
+
+    (root / "results/demo/standalone/dir/seed1/metrics.json").unlink()
+    assert main(["compare", *common]) == 2
+    err = capsys.readouterr().err
+    assert "final_cf(standalone)_local_acc of fedprox/dir/seed1 needs the run of standalone on the same setting " \
+           "and seed (" in err and "not run (no metrics.json)); produce it with `bench suite train --method " \
+           "standalone`" in err
+
+
+def test_rank_of_not_reached_is_last(definition: PaperDefinition) -> None:
+    results = Results(definition, ["fedavg", "fedprox"], definition.columns_for(["dir"]),
+                      {("fedavg", "dir-90", "rounds"): math.inf, ("fedprox", "dir-90", "rounds"): 12.0})
+    column = results.column("dir-90")
+    assert (results.rank("fedavg", column, "rounds"), results.rank("fedprox", column, "rounds")) == (2, 1)
