@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from bench.config import build_config
+from bench.experiment import build_config
 from bench.errors import BenchError
 from bench.suites.statistics import (Records, Statistic, aggregate, cf, last_k, mean_max_abs_dev, mean_std,
                                      rounds_to_target)

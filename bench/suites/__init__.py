@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -218,6 +219,18 @@ class Suite:
     def partition_config(self, setting: str) -> ExperimentConfig:
         """The config whose dataset and partition make this setting's partition (any method will do)."""
         return self.config(next(iter(self.params.methods)), setting, self.params.suite.seeds[0])
+
+    @property
+    def methods(self) -> list[str]:
+        return list(self.params.methods)
+
+    @cached_property
+    def _paper_profile(self) -> Suite:
+        return self.reload(["profile=null"])
+
+    def paper_config(self, method: str, setting: str, seed: int) -> ExperimentConfig:
+        """The config of a run of the ``paper`` profile (the params file's top level, no profile)."""
+        return self._paper_profile.config(method, setting, seed)
 
     def reload(self, overrides: list[str]) -> Suite:
         """The suite its params file gives with ``overrides`` (e.g. another profile); itself if it has no file."""

@@ -11,12 +11,9 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from bench.suites.paper import TIME_RATIO, Claim, Paper, PaperDefinition, Results, Section
+from bench.suites.paper import TIME_RATIO, Claim, Paper, PaperDefinition, Results, Section, SuiteView
 
-if TYPE_CHECKING:
-    from bench.suites import Suite
 
 BETA_PAIRS = [(f"{d}-b0.2", f"{d}-b5") for d in ("cifar10", "svhn")]  # Table 2: the same data at β = 0.2 and 5
 
@@ -77,7 +74,7 @@ class FedHKD(Paper):
                   f"top-2 in {sum(r <= 2 for r in ranks)}/{len(ranks)} cells"),
         ]
 
-    def sections(self, suite: Suite, ours: Results) -> list[Section]:
+    def sections(self, suite: SuiteView, ours: Results) -> list[Section]:
         """Table 1's Params and Time columns: ours beside the paper's, per dataset."""
         d = self.definition
         counts = parameter_counts(suite, list(d.groups))
@@ -89,18 +86,18 @@ class FedHKD(Paper):
                     ["method"] + [f"{label} {who}" for label in d.groups.values() for who in ("ours", "paper")],
                     [[d.label(m)] + [cell for g in d.groups for cell in (
                         f"{math.floor(counts[m][g] / 1e3) / 1e3:.3f}", _fmt(d.extra("params_m", g, m), 3))]
-                     for m in suite.params.methods]),
+                     for m in suite.methods]),
             Section("Time per round, as a ratio to FedAvg",
                     "Ours: training time per round (timing.json), mean over seeds and the Table-1 columns; paper: "
                     "Table 1's Time column divided by FedAvg's, per dataset (absolute seconds are hardware-specific).",
                     ["method", "ours", *(f"paper {label}" for label in d.groups.values())],
                     [[d.label(m), _fmt(ours.mean(m, TIME_RATIO, "table1"), 2)]
                      + [_fmt(_ratio(self.time_s(g, m), self.time_s(g, "fedavg")), 2) for g in d.groups]
-                     for m in suite.params.methods]),
+                     for m in suite.methods]),
         ]
 
 
-def parameter_counts(suite: Suite, datasets: list[str]) -> dict[str, dict[str, int]]:
+def parameter_counts(suite: SuiteView, datasets: list[str]) -> dict[str, dict[str, int]]:
     """Per method and paper dataset, the parameters held during local training at the paper's scale
     (the ``paper`` profile's ``<dataset>-m10`` config): Table 1's "Params" column."""
     import torch
@@ -110,11 +107,10 @@ def parameter_counts(suite: Suite, datasets: list[str]) -> dict[str, dict[str, i
     from bench.engine.context import Context
     from bench.models import build_model
 
-    paper = suite.reload(["profile=null"])
     out: dict[str, dict[str, int]] = {}
-    for method in suite.params.methods:
+    for method in suite.methods:
         for dataset in datasets:
-            cfg = paper.config(method, f"{dataset}-m10", 0)
+            cfg = suite.paper_config(method, f"{dataset}-m10", 0)
             spec = get_dataset_spec(cfg.dataset.name)
             ctx = Context(cfg, spec.image_shape, spec.num_classes, torch.device("meta"))
             algorithm = get_algorithm(cfg.algorithm.name)

@@ -16,16 +16,24 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
 
-from bench.config import describe_validation, read_yaml_mapping
+from bench.config import ExperimentConfig, describe_validation, read_yaml_mapping
 from bench.errors import BenchError
 from bench.suites.statistics import Statistic
 
-if TYPE_CHECKING:
-    from bench.suites import Suite
+
+
+class SuiteView(Protocol):
+    """What a paper's hooks may ask of the suite being reported (:class:`bench.suites.Suite` is one):
+    its methods (the rows) and the config of any run of its ``paper`` profile."""
+
+    @property
+    def methods(self) -> list[str]: ...
+
+    def paper_config(self, method: str, setting: str, seed: int) -> ExperimentConfig: ...
 
 TIME_RATIO = "time_ratio"  # a measure every Results may hold: training time per round / FedAvg's
 CellKey = tuple[str, str, str]  # (method, column key, measure)
@@ -306,6 +314,6 @@ class Paper:
         """The paper's claims checked on ``results`` (ours or :meth:`printed`), in a fixed order."""
         return []
 
-    def sections(self, suite: Suite, ours: Results) -> list[Section]:
+    def sections(self, suite: SuiteView, ours: Results) -> list[Section]:
         """Report sections beyond the tables, e.g. FedHKD's Params and Time columns."""
         return []
