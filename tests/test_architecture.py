@@ -1,0 +1,62 @@
+"""The architecture's promises that code review alone would miss: the rooms import each other in one
+direction only, and no method state travels in string-keyed dicts."""
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import networkx as nx
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "bench"
+# The rooms from the ground up (docs/architecture.md); a room may import only rooms to its left.
+LAYERS = ["errors", "fileio", "rng", "config", "models", "data", "engine", "algorithms", "experiment", "tracking",
+          "runner", "suites", "report", "cli"]
+
+
+def _module(path: Path) -> str:
+    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def import_graph() -> nx.DiGraph:
+    """Every ``bench`` module and the ``bench`` modules it imports anywhere in its body (function-level
+    and ``TYPE_CHECKING`` imports included)."""
+    modules = {_module(p): p for p in PACKAGE.rglob("*.py")}
+    graph = nx.DiGraph()
+    for name, path in modules.items():
+        graph.add_node(name)
+        for node in ast.walk(ast.parse(path.read_text())):
+            targets: list[str] = []
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                targets = [node.module, *(f"{node.module}.{a.name}" for a in node.names)]
+            elif isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            graph.add_edges_from((name, t) for t in targets if t in modules and t != name)
+    return graph
+
+
+def room(module: str) -> str:
+    return module.split(".")[1]
+
+
+def test_no_import_cycles_between_any_two_modules() -> None:
+    cycles = list(nx.simple_cycles(import_graph()))
+    assert not cycles, f"import cycles: {cycles[:5]}"
+
+
+def test_rooms_import_only_the_rooms_below_them() -> None:
+    upward = [(a, b) for a, b in import_graph().edges
+              if room(a) != room(b) and LAYERS.index(room(b)) > LAYERS.index(room(a))]
+    assert not upward, f"imports against the layering: {upward}"
+
+
+def test_every_room_is_layered() -> None:
+    assert {room(m) for m in import_graph().nodes if m != "bench"} <= set(LAYERS)
+
+
+@pytest.mark.parametrize("path", sorted((PACKAGE / "algorithms").glob("*.py")) + sorted((PACKAGE / "engine").glob("*.py")),
+                         ids=lambda p: p.name)
+def test_no_method_state_in_string_keyed_extra_dicts(path: Path) -> None:
+    assert not re.search(r"\.extra\b|extra\[|extra: dict", path.read_text())
