@@ -23,6 +23,8 @@ def _run(args: argparse.Namespace) -> int:
 
     config = load_config(args.config, args.set)
     out = Path(args.out or f"runs/{config.name}-{config.sha256[:10]}")
+    if out.exists() and not out.is_dir():
+        raise BenchError(f"--out {out} is a file; give a folder (new or one of an earlier run)")
     request = RunRequest(config, out, args.data_dir, args.partition, args.checkpoint_every, args.keep_checkpoint)
     if args.no_progress:
         metrics = run_experiment(request)

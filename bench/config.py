@@ -9,11 +9,12 @@ parameter model the algorithm or partition scheme registers.
 from __future__ import annotations
 
 import copy
+import re
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from bench.errors import BenchError
 from bench.fileio import canonical_json, sha256_bytes
@@ -76,6 +77,9 @@ class TrainingConfig(Strict):
     optimizer: OptimizerConfig = Field(default_factory=OptimizerConfig)
     lr_decay: LRDecayConfig = Field(default_factory=LRDecayConfig)
     grad_clip: float | None = Field(None, gt=0, description="clip each local step's gradient norm (FedHKD code: 1.1)")
+    divergence_factor: float | None = Field(1000.0, gt=1, description=(
+        "a client's mean loss above this multiple of the run's first step loss is divergence (the run fails); "
+        "null: only NaN/inf losses and parameters"))
 
     @model_validator(mode="after")
     def _epochs_or_steps(self) -> TrainingConfig:
@@ -131,7 +135,7 @@ class TrackingConfig(Strict):
 class ExperimentConfig(Strict):
     name: str = "experiment"
     seed: int = Field(0, ge=0)
-    device: str = "cpu"
+    device: str = Field("cpu", description="cpu, cuda or cuda:N")
     threads: int = Field(1, ge=1, description="torch intra-op threads for this run")
     deterministic: bool = True
     dataset: DatasetConfig = Field(default_factory=DatasetConfig)
@@ -144,6 +148,13 @@ class ExperimentConfig(Strict):
     evaluation: EvaluationConfig = Field(default_factory=EvaluationConfig)
     tracking: TrackingConfig = Field(default_factory=TrackingConfig)
 
+
+    @field_validator("device")
+    @classmethod
+    def _known_device(cls, device: str) -> str:
+        if not re.fullmatch(r"cpu|cuda(:\d+)?", device):
+            raise ValueError(f"must be cpu, cuda or cuda:N, got {device!r}")
+        return device
 
     def to_dict(self) -> dict[str, Any]:
         return self.model_dump(mode="json")
@@ -205,14 +216,20 @@ def yaml_problem(exc: yaml.YAMLError) -> str:
 
 
 def read_yaml_mapping(path: str | Path, what: str = "config file") -> dict[str, Any]:
-    """A YAML file holding a mapping; a missing file, bad YAML or another top-level type is a BenchError."""
+    """A YAML file holding a non-empty mapping; anything else is a one-line :class:`BenchError`."""
     path = Path(path)
     try:
-        raw = yaml.safe_load(path.read_text()) or {}
+        raw = yaml.safe_load(path.read_text())
     except FileNotFoundError:
         raise BenchError(f"{what} {path} not found") from None
+    except IsADirectoryError:
+        raise BenchError(f"{what} {path} is a directory; give the YAML file inside it") from None
+    except UnicodeDecodeError:
+        raise BenchError(f"{what} {path} is not a text file; give a YAML file") from None
     except yaml.YAMLError as exc:
         raise BenchError(f"{what} {path} is not valid YAML: {yaml_problem(exc)}") from None
+    if raw is None:
+        raise BenchError(f"{what} {path} is empty; write its sections (see examples/fedavg_digits.yaml)")
     if not isinstance(raw, dict):
         raise BenchError(f"{what} {path} must hold a mapping of sections, got {type(raw).__name__}")
     return raw

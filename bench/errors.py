@@ -6,10 +6,10 @@ class BenchError(Exception):
 
 
 class Diverged(RuntimeError):
-    """A local loss became NaN or infinite."""
+    """A training loss became NaN, infinite or exploded, or a model's parameters became non-finite."""
 
-    def __init__(self, round_index: int, client: int | str) -> None:
+    def __init__(self, round_index: int, client: int | str, reason: str = "the loss became NaN or inf") -> None:
         self.round_index = round_index
         self.client = client
-        super().__init__(f"diverged at round {round_index} (client {client}): the loss became NaN or inf; "
-                         "lower the learning rate or check the data")
+        super().__init__(f"diverged at round {round_index} (client {client}): {reason}; lower the learning rate "
+                         "or check the data")

@@ -12,6 +12,12 @@ from typing import IO, Any
 import numpy as np
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def atomic_write(path: str | os.PathLike[str], write: Callable[[IO[bytes]], None]) -> Path:
     """Write ``path`` through a temporary file in the same folder, then rename it into place, so a
     reader never sees a half-written file and an interrupted write leaves the old file (or none)."""
@@ -19,6 +25,7 @@ def atomic_write(path: str | os.PathLike[str], write: Callable[[IO[bytes]], None
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes it 0600; the file gets the mode open() would give
         with os.fdopen(fd, "wb") as handle:
             write(handle)
             handle.flush()

@@ -84,3 +84,73 @@ def test_cli_help_lists_commands(capsys: pytest.CaptureFixture[str]) -> None:
     out = capsys.readouterr().out
     for command in ("run", "data", "partition", "suite", "models", "algorithms"):
         assert command in out
+
+
+def _refused(capsys: pytest.CaptureFixture[str], argv: list[str], message: str) -> None:
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and message in err and err.count("\n") == 1, err
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda p: p.write_text(""), "is empty"),
+    (lambda p: p.write_text("# only a comment\n"), "is empty"),
+    (lambda p: p.mkdir(), "is a directory"),
+    (lambda p: p.write_bytes(b"\x89PNG\r\n\x1a\n\x00\xff\xfe"), "is not a text file"),
+])
+def test_unusable_config_files_are_refused_and_nothing_is_written(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                                  make, message: str) -> None:  # type: ignore[no-untyped-def]
+    path = tmp_path / "c.yaml"
+    make(path)
+    _refused(capsys, ["run", str(path), "--no-progress", "--out", str(tmp_path / "out")], message)
+    assert not (tmp_path / "out").exists()
+
+
+def test_unknown_device_and_out_file_are_refused_before_training(tmp_path: Path,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text("training: {rounds: 1}\n")
+    _refused(capsys, ["run", str(path), "-S", "device=tpu"], "device: must be cpu, cuda or cuda:N, got 'tpu'")
+    (tmp_path / "taken").write_text("a file")
+    _refused(capsys, ["run", str(path), "--out", str(tmp_path / "taken")], "is a file")
+    assert (tmp_path / "taken").read_text() == "a file"
+
+
+def test_a_partition_made_for_other_data_or_another_split_is_refused(data_dir: Path, tmp_path: Path,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text("training: {rounds: 1}\ntracking: {mlflow: false}\n")
+    data = ["--data-dir", str(data_dir)]
+    assert main(["partition", str(path), "-S", "dataset.name=synthetic32", "--out", str(tmp_path / "p32"), *data]) == 0
+    _refused(capsys, ["run", str(path), "--partition", str(tmp_path / "p32"), *data, "--no-progress"],
+             "made for dataset synthetic32")
+    assert main(["partition", str(path), "-S", "partition.local_test_fraction=0.5", "--out", str(tmp_path / "p"),
+                 *data]) == 0
+    capsys.readouterr()
+    _refused(capsys, ["run", str(path), "--partition", str(tmp_path / "p"), *data, "--no-progress"],
+             "local_test_fraction=0.5, but the config asks for 0.2")
+
+
+def test_a_manifest_of_the_wrong_shape_or_bad_labels_is_refused(data_dir: Path, tmp_path: Path) -> None:
+    import json
+    import shutil
+
+    import numpy as np
+
+    from bench.data.prepared import load_prepared
+    from bench.fileio import sha256_array
+
+    folder = tmp_path / "digits"
+    shutil.copytree(data_dir / "prepared" / "digits", folder)
+    manifest = json.loads((folder / "manifest.json").read_text())
+    (folder / "manifest.json").write_text(json.dumps({**manifest, "arrays": ["train_x"]}))
+    with pytest.raises(BenchError, match="manifest.json has the wrong shape") as info:
+        load_prepared(folder)
+    assert "\n" not in str(info.value)
+    labels = np.load(folder / "train_y.npy")
+    labels[0] = 12
+    np.save(folder / "train_y.npy", labels)
+    manifest["arrays"]["train_y"]["sha256"] = sha256_array(labels)
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(BenchError, match="labels outside"):
+        load_prepared(folder)

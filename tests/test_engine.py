@@ -284,3 +284,49 @@ def test_fedprox_proximal_term_by_hand() -> None:
     n = sum(p.numel() for p in client.model.parameters())
     expected = F.cross_entropy(client.model(x)[1], y) + 0.3 / 2 * n * 0.25
     torch.testing.assert_close(method.local_loss(Step(1, 0), client, x, y), expected)
+
+
+def test_an_exploding_but_finite_loss_fails_the_run(data_dir: Path, tmp_path: Path) -> None:
+    """lr = 1e6 gives CE losses of ~1e26 in round 1: finite, yet divergence — the run fails, writes
+    failure.json and no metrics.json (training.divergence_factor)."""
+    cfg = small_config(training={"rounds": 2, "optimizer": {"lr": 1e6}})
+    with pytest.raises(Diverged, match=r"round 1 \(client 0\).*exceeds 1000 x the first step"):
+        run_experiment(RunRequest(cfg, tmp_path / "run", data_dir))
+    assert (tmp_path / "run" / "failure.json").exists() and not (tmp_path / "run" / "metrics.json").exists()
+    calm = small_config(training={"rounds": 2, "divergence_factor": None, "optimizer": {"lr": 1e6}})
+    run_experiment(RunRequest(calm, tmp_path / "unchecked", data_dir))  # the check can be switched off
+
+
+@register_algorithm("test-inf-params")
+class _InfParameters(FedAvg):
+    """FedAvg whose aggregation leaves an infinite weight in round 2 while every loss stays finite."""
+
+    def aggregate(self, round_index, server, updates):  # type: ignore[no-untyped-def]
+        super().aggregate(round_index, server, updates)
+        if round_index == 2:
+            with torch.no_grad():
+                next(server.model.parameters()).view(-1)[0] = float("inf")
+
+
+def test_non_finite_parameters_fail_the_run(data_dir: Path) -> None:
+    with pytest.raises(Diverged, match=r"round 2 \(client server\): its parameters became NaN or inf"):
+        run_federation(small_config(algorithm={"name": "test-inf-params"}), data_dir)
+
+
+def test_a_reused_out_folder_never_mixes_two_runs_files(data_dir: Path, tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    run_experiment(RunRequest(small_config(training={"rounds": 1}), out, data_dir))
+    with pytest.raises(Diverged):
+        run_experiment(RunRequest(small_config(algorithm={"name": "test-nan"}), out, data_dir))
+    assert sorted(p.name for p in out.iterdir()) == ["failure.json"]
+
+
+def test_record_files_respect_the_umask(data_dir: Path, tmp_path: Path) -> None:
+    import os
+
+    old = os.umask(0o022)
+    try:
+        run_experiment(RunRequest(small_config(training={"rounds": 1}), tmp_path / "run", data_dir))
+    finally:
+        os.umask(old)
+    assert {oct(p.stat().st_mode & 0o777) for p in (tmp_path / "run").iterdir()} == {"0o644"}

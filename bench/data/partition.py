@@ -213,6 +213,7 @@ class Partition:
     local_test_counts: np.ndarray
     dataset: dict[str, str] | None = None  # {"name", "sha256"} of the prepared dataset, when known
     public: np.ndarray | None = None
+    local_test_fraction: float | None = None  # as asked for, when known
 
     @property
     def num_clients(self) -> int:
@@ -232,7 +233,8 @@ class Partition:
                 "train_sizes": [len(a) for a in self.train], "local_test_sizes": [len(a) for a in self.local_test],
                 "train_counts": self.train_counts.tolist(), "local_test_counts": self.local_test_counts.tolist(),
                 "public_size": 0 if self.public is None else len(self.public),
-                "sha256": self.sha256, **({"dataset": self.dataset} if self.dataset else {})}
+                "sha256": self.sha256, **({"dataset": self.dataset} if self.dataset else {}),
+                **({} if self.local_test_fraction is None else {"local_test_fraction": self.local_test_fraction})}
 
     def save(self, folder: str | Path) -> Path:
         folder = Path(folder)
@@ -257,8 +259,8 @@ def load_partition(folder: str | Path) -> Partition:
                          meta["local_test_source"], np.asarray(meta["train_counts"]),
                          np.asarray(meta["local_test_counts"]), meta.get("dataset"),
                          np.load(folder / "public_indices.npy", allow_pickle=False)
-                         if meta.get("public_size") else None)
-    except (OSError, ValueError, KeyError) as exc:
+                         if meta.get("public_size") else None, meta.get("local_test_fraction"))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
         raise BenchError(f"partition at {folder} is missing or unreadable ({exc}); create it with "
                          "`bench partition`") from None
     if part.sha256 != meta["sha256"]:
@@ -344,6 +346,7 @@ def partition_dataset(data: PreparedDataset, scheme: str, num_clients: int, seed
             part.local_test = [keep[p] for p in part.local_test]
         part.public = public
     part.dataset = {"name": data.name, "sha256": data.sha256}
+    part.local_test_fraction = local_test_fraction
     return part
 
 

@@ -13,7 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+from pydantic import BaseModel, Field, ValidationError
 
+from bench.config import describe_validation
 from bench.errors import BenchError
 from bench.fileio import canonical_json, sha256_array, sha256_bytes, write_json, write_npy
 
@@ -90,27 +92,48 @@ def channel_stats(x: np.ndarray, chunk: int = 4096) -> tuple[tuple[float, ...], 
     return tuple(round(float(m), 6) for m in mean), tuple(round(float(s), 6) for s in std)
 
 
+class _ArrayEntry(BaseModel):
+    sha256: str
+
+
+class Manifest(BaseModel):
+    """``manifest.json``'s shape, checked before anything in it is trusted."""
+
+    format_version: int
+    name: str
+    num_classes: int = Field(ge=1)
+    mean: list[float]
+    std: list[float]
+    arrays: dict[str, _ArrayEntry]
+    source: dict[str, object] = Field(default_factory=dict)
+
+
 def load_prepared(folder: str | Path, verify: bool = True) -> PreparedDataset:
-    """Load a prepared dataset, checking every array against the manifest."""
+    """Load a prepared dataset, checking the manifest's shape and every array against it."""
     folder = Path(folder)
     manifest_path = folder / "manifest.json"
+    again = f"delete the folder and run `bench data prepare {folder.name}` again"
     if not manifest_path.exists():
         raise BenchError(f"no prepared dataset at {folder}; run `bench data prepare {folder.name}`")
     try:
-        manifest = json.loads(manifest_path.read_text())
-        arrays = {k: np.load(folder / f"{k}.npy", allow_pickle=False) for k in manifest["arrays"]}
-    except (OSError, ValueError, KeyError) as exc:
-        raise BenchError(f"prepared dataset at {folder} is unreadable ({exc}); delete the folder and run "
-                         f"`bench data prepare {folder.name}` again") from None
-    if manifest.get("format_version") != FORMAT_VERSION:
-        raise BenchError(f"prepared dataset at {folder} has format {manifest.get('format_version')}, expected "
-                         f"{FORMAT_VERSION}; run `bench data prepare {folder.name}` again")
+        raw = json.loads(manifest_path.read_text())
+        if isinstance(raw, dict) and raw.get("format_version") != FORMAT_VERSION:
+            raise BenchError(f"prepared dataset at {folder} has format {raw.get('format_version')}, expected "
+                             f"{FORMAT_VERSION}; run `bench data prepare {folder.name}` again")
+        manifest = Manifest.model_validate(raw)
+        arrays = {k: np.load(folder / f"{k}.npy", allow_pickle=False) for k in manifest.arrays}
+    except ValidationError as exc:
+        raise BenchError(f"prepared dataset at {folder}: manifest.json has the wrong shape "
+                         f"({describe_validation(exc)}); {again}") from None
+    except (OSError, ValueError) as exc:
+        raise BenchError(f"prepared dataset at {folder} is unreadable ({exc}); {again}") from None
     if verify:
         for key, array in arrays.items():
-            if sha256_array(array) != manifest["arrays"][key]["sha256"]:
+            if sha256_array(array) != manifest.arrays[key].sha256:
                 raise BenchError(f"prepared dataset at {folder}: {key}.npy does not match its sha256 in "
-                                 f"manifest.json (corrupted); delete the folder and run "
-                                 f"`bench data prepare {folder.name}` again")
-    return PreparedDataset(name=manifest["name"], num_classes=manifest["num_classes"],
-                           mean=tuple(manifest["mean"]), std=tuple(manifest["std"]),
-                           source=manifest.get("source", {}), **arrays)
+                                 f"manifest.json (corrupted); {again}")
+    try:
+        return PreparedDataset(name=manifest.name, num_classes=manifest.num_classes, mean=tuple(manifest.mean),
+                               std=tuple(manifest.std), source=manifest.source, **arrays)
+    except (TypeError, ValueError) as exc:
+        raise BenchError(f"prepared dataset at {folder} is invalid ({exc}); {again}") from None

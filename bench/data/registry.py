@@ -65,7 +65,12 @@ def prepare_dataset(name: str, data_dir: str | os.PathLike[str] | None = None, f
             return folder
         except BenchError:
             pass  # corrupted cache: prepare again
-    spec.prepare(resolve_data_dir(data_dir)).save(folder)
+    try:
+        prepared = spec.prepare(resolve_data_dir(data_dir))
+    except ValueError as exc:  # parsed, but not what the dataset must hold (shapes, labels)
+        raise BenchError(f"dataset {name}: the files under {resolve_data_dir(data_dir)} are not valid {name} data "
+                         f"({exc}); replace them with the official files (`bench data list`)") from None
+    prepared.save(folder)
     return folder
 
 

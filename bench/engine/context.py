@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from bench.config import ExperimentConfig
-from bench.engine.loop import Loop, Step
+from bench.engine.loop import Loop, LossGuard, Step
 from bench.engine.state import Client
 from bench.engine.streams import SharedBatches, epoch_batches
 from bench.models import assign_architectures, build_model
@@ -36,6 +36,11 @@ class Context:
     @property
     def seed(self) -> int:
         return self.config.seed
+
+    @cached_property
+    def loss_guard(self) -> LossGuard:
+        """The run's divergence guard for client training losses (``training.divergence_factor``)."""
+        return LossGuard(self.config.training.divergence_factor)
 
     @cached_property
     def architectures(self) -> list[str]:
@@ -113,7 +118,8 @@ class Context:
         unless ``grad_clip`` is given; None: no clipping); the model is put in train mode."""
         client.model.train()
         return Loop(self.client_optimizer(client, round_index), list(client.model.parameters()), round_index,
-                    client.cid, self.config.training.grad_clip if grad_clip == "config" else grad_clip, rng)
+                    client.cid, self.config.training.grad_clip if grad_clip == "config" else grad_clip, rng,
+                    guard=self.loss_guard)
 
     def local_train(self, client: Client, round_index: int, loss_fn: LossFn,
                     rng: torch.Generator | None = None) -> float:

@@ -50,6 +50,25 @@ def apply_step(loss: torch.Tensor | None, optimizer: torch.optim.Optimizer, para
 
 
 @dataclass
+class LossGuard:
+    """Divergence beyond NaN: a loop whose mean loss exceeds ``factor`` times the *reference* — the
+    loss of the run's very first step, before any update — has exploded (an lr of 1e6 gives CE losses
+    of 1e26 that stay finite). One guard per run and per kind of loss; ``factor`` None: NaN/inf only."""
+
+    factor: float | None
+    reference: float | None = None
+
+    def check(self, first: float, mean: float, round_index: int, who: int | str) -> None:
+        if mean != mean or mean in (float("inf"), float("-inf")):
+            raise Diverged(round_index, who)
+        if self.reference is None:
+            self.reference = abs(first)
+        if self.factor is not None and abs(mean) > self.factor * max(self.reference, 1e-12):
+            raise Diverged(round_index, who, f"the mean loss {mean:.4g} exceeds {self.factor:g} x the first step's "
+                                             f"{self.reference:.4g} (training.divergence_factor)")
+
+
+@dataclass
 class Loop(Generic[B]):
     """Trains ``params`` with ``optimizer`` over ``batches``; ``who`` names the trainer in a
     divergence message (a client id, ``"server"``, ``"generator"``)."""
@@ -61,6 +80,7 @@ class Loop(Generic[B]):
     grad_clip: float | None = None
     rng: torch.Generator | None = None
     backward_inputs: bool = False  # backpropagate into ``params`` only (frozen teachers get no .grad)
+    guard: LossGuard | None = None  # None: only a non-finite loss is divergence
 
     def run(self, batches: Iterable[B], step_fn: StepFn[B]) -> float:
         """Minimise ``step_fn`` over ``batches``; return the mean loss over steps."""
@@ -73,10 +93,13 @@ class Loop(Generic[B]):
     def _run(self, batches: Iterable[B], fn: Callable[[Step, B], torch.Tensor | float], own_gradients: bool) -> float:
         total: torch.Tensor | float = 0.0
         steps = 0
+        first = 0.0
         inputs = self.params if self.backward_inputs else None
         for batch in batches:
             self.optimizer.zero_grad(set_to_none=True)
             loss = fn(Step(self.round, steps, self.rng), batch)
+            if steps == 0 and self.guard is not None and self.guard.reference is None:
+                first = float(loss.detach()) if isinstance(loss, torch.Tensor) else float(loss)
             if own_gradients:
                 apply_step(None, self.optimizer, self.params, self.grad_clip)
                 total += float(loss)
@@ -85,10 +108,9 @@ class Loop(Generic[B]):
                 apply_step(loss, self.optimizer, self.params, self.grad_clip, inputs)
                 total = loss.detach() if steps == 0 else total + loss.detach()
             steps += 1
-        total = float(total)
-        if total != total or total in (float("inf"), float("-inf")):
-            raise Diverged(self.round, self.who)
-        return total / max(steps, 1)
+        mean = float(total) / max(steps, 1)
+        (self.guard or LossGuard(None)).check(first, mean, self.round, self.who)
+        return mean
 
 
 def adversarial_loop(batches: Iterable[B], discriminator: Loop[B], d_step: StepFn[B], generator: Loop[B],

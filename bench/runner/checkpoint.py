@@ -41,6 +41,7 @@ class Checkpoint:
     curves: list[dict[str, float]]
     records: list[Record]
     timing: dict[str, float] = field(default_factory=dict)
+    loss_reference: float | None = None  # the divergence guard's reference (the run's first step loss)
 
 
 def save_checkpoint(folder: Path, checkpoint: Checkpoint) -> Path:

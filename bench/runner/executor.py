@@ -17,7 +17,7 @@ from bench.config import ExperimentConfig
 from bench.runner.checkpoint import remove_checkpoint
 from bench.runner.federation import ProgressFn, run_federation
 from bench.errors import BenchError, Diverged
-from bench.tracking import log_mlflow, write_failure, write_run
+from bench.tracking import clear_run, log_mlflow, write_failure, write_run
 
 
 @dataclass(frozen=True)
@@ -42,6 +42,7 @@ def run_experiment(request: RunRequest, progress: ProgressFn | None = None, mlfl
     ``failure.json`` (never ``metrics.json``), is marked FAILED in MLflow and re-raises :class:`Diverged`."""
     cfg = request.config
     log = mlflow and cfg.tracking.mlflow
+    clear_run(request.out_dir)
     try:
         result = run_federation(cfg, request.data_dir, request.partition_dir, progress,
                                 Path(request.out_dir) if request.checkpoint_every else None, request.checkpoint_every)

@@ -21,7 +21,7 @@ from bench.engine.context import Context
 from bench.engine.evaluation import Evaluation
 from bench.engine.setup import configure_torch
 from bench.engine.state import Client, ClientData, Server
-from bench.errors import BenchError
+from bench.errors import BenchError, Diverged
 from bench.rng import numpy_stream
 from bench.runner.checkpoint import Checkpoint, ClientSnapshot, Record, load_checkpoint, save_checkpoint
 from bench.tracking import code_version
@@ -80,6 +80,19 @@ def partition_for(config: ExperimentConfig, data: PreparedDataset, partition_dir
         if expected != found:
             raise BenchError(f"partition at {partition_dir} was made with {found}, but the config asks for "
                              f"{expected}; re-create it with `bench partition` or drop --partition")
+        made_for = (built.dataset or {}).get("name"), (built.dataset or {}).get("sha256")
+        if made_for[1] is not None and made_for[1] != data.sha256:
+            raise BenchError(f"partition at {partition_dir} was made for dataset {made_for[0]} ({made_for[1][:12]}), "
+                             f"not {data.name} ({data.sha256[:12]}); re-create it with `bench partition` or drop "
+                             "--partition")
+        if built.local_test_fraction is not None and built.local_test_fraction != p.local_test_fraction:
+            raise BenchError(f"partition at {partition_dir} was made with local_test_fraction="
+                             f"{built.local_test_fraction}, but the config asks for {p.local_test_fraction}; "
+                             "re-create it with `bench partition` or drop --partition")
+        used = np.concatenate([*built.train, *(built.local_test if built.local_test_source == "train" else [])])
+        if len(used) and used.max() >= len(data.train_y):
+            raise BenchError(f"partition at {partition_dir} indexes {used.max() + 1} training images but "
+                             f"{data.name} has {len(data.train_y)}; it was made for another dataset: re-create it")
         return built
     return partition_dataset(data, p.scheme, p.num_clients, p.seed, p.scheme_params, p.local_test_fraction, carve)
 
@@ -170,6 +183,16 @@ def evaluate(ctx: Context, algorithm: Algorithm, server: Server, clients: list[C
     return row, records
 
 
+@torch.no_grad()
+def check_parameters(round_index: int, server: Server, clients: list[Client]) -> None:
+    """Divergence that no loss shows: non-finite parameters in the global model (or, without one, in
+    the models trained this round)."""
+    models = [("server", server.model)] if server.model is not None else [(c.cid, c.model) for c in clients]
+    for who, model in models:
+        if not all(bool(torch.isfinite(p).all()) for p in model.parameters()):
+            raise Diverged(round_index, who, "its parameters became NaN or inf")
+
+
 def run_identity(config: ExperimentConfig, dataset_sha256: str, partition_sha256: str) -> dict[str, str]:
     """What a checkpoint must match to be resumed: config, data, partition and the source code."""
     return {"config_sha256": config.sha256, "dataset_sha256": dataset_sha256, "partition_sha256": partition_sha256,
@@ -216,6 +239,7 @@ def run_federation(config: ExperimentConfig, data_dir: str | Path | None = None,
         for client, snapshot in zip(clients, resumed.clients):
             client.model, client.optimizer, client.state = snapshot.model, snapshot.optimizer, snapshot.state
         curves, records, timing = resumed.curves, resumed.records, resumed.timing
+        ctx.loss_guard.reference = resumed.loss_reference
         start_round = resumed.round + 1
         timing["resumed_from_round"] = resumed.round
 
@@ -226,6 +250,7 @@ def run_federation(config: ExperimentConfig, data_dir: str | Path | None = None,
         tick = time.perf_counter()
         selected = [clients[c] for c in sample_clients(config, t)]
         row: dict[str, float] = {"round": t, **algorithm.run_round(t, server, selected)}
+        check_parameters(t, server, selected)
         timing["train_time_s"] += time.perf_counter() - tick
         records += [(t, k, None, float(v)) for k, v in row.items() if k != "round"]
         if t in eval_at:
@@ -238,7 +263,8 @@ def run_federation(config: ExperimentConfig, data_dir: str | Path | None = None,
         if checkpoint_dir is not None and checkpoint_every and t % checkpoint_every == 0 and t < config.training.rounds:
             tick = time.perf_counter()
             save_checkpoint(checkpoint_dir, Checkpoint(identity, t, server, [
-                ClientSnapshot(c.model, c.optimizer, c.state) for c in clients], curves, records, timing))
+                ClientSnapshot(c.model, c.optimizer, c.state) for c in clients], curves, records, timing,
+                ctx.loss_guard.reference))
             timing["checkpoint_time_s"] += time.perf_counter() - tick
         if progress is not None:
             progress(t, row)

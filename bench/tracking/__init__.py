@@ -75,6 +75,15 @@ def curves_csv(curves: list[dict[str, float]]) -> str:
 
 
 RECORDS_HEADER = ("round", "metric", "client", "value")
+RUN_FILES = ("metrics.json", "failure.json", "config.yaml", "curves.csv", "records.csv", "provenance.json",
+             "timing.json")
+
+
+def clear_run(out_dir: str | Path) -> None:
+    """Remove an earlier run's record files from ``out_dir`` (not its checkpoint), so a reused folder
+    never mixes two runs' files."""
+    for name in RUN_FILES:
+        (Path(out_dir) / name).unlink(missing_ok=True)
 
 
 def records_csv(records: list[tuple[int, str, int | None, float]]) -> str:
