@@ -174,6 +174,28 @@ def _compare(args: argparse.Namespace) -> int:
     return 1 if result.failures else 0
 
 
+def _mlflow_sync(args: argparse.Namespace) -> int:
+    from bench.experiment import build_config
+    from bench.config import read_yaml_mapping
+    from bench.tracking import log_mlflow, logged_run_dirs
+
+    run_dirs = sorted({p.parent for folder in args.folders for p in Path(folder).rglob("config.yaml")
+                       if (p.parent / "metrics.json").exists() or (p.parent / "failure.json").exists()})
+    logged: dict[str, set[str]] = {}
+    added = 0
+    for run_dir in run_dirs:
+        config = build_config(read_yaml_mapping(run_dir / "config.yaml", "run config"))
+        experiment = config.tracking.experiment
+        if experiment not in logged:
+            logged[experiment] = logged_run_dirs(experiment)
+        if str(run_dir.resolve()) not in logged[experiment]:
+            log_mlflow(config, run_dir)
+            added += 1
+            print(f"logged {run_dir} to experiment {experiment}")
+    print(f"{len(run_dirs)} finished or failed runs found, {added} logged, {len(run_dirs) - added} already in MLflow")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="bench", description="fkd-bench: reproducible federated knowledge "
                                      "distillation benchmarks. Each subcommand has its own --help.")
@@ -249,6 +271,16 @@ def build_parser() -> argparse.ArgumentParser:
                             _compare, sub)
     compare.add_argument("--pinned", type=Path, help="pinned file (default: as for `bench pin`)")
     compare.add_argument("--out", type=Path, help="also write the drift table to this file")
+
+    tracking = sub.add_parser("mlflow", help="MLflow store maintenance").add_subparsers(dest="mlflow_command",
+                                                                                         required=True)
+    sync = tracking.add_parser("sync", help="log every finished or failed run under FOLDERs that MLflow lacks",
+                               description="Walk FOLDERs for run records (config.yaml with metrics.json or "
+                                           "failure.json) and log to MLflow ($MLFLOW_TRACKING_URI, else ./mlflow.db) "
+                                           "each run no MLflow run points at (tag out_dir): runs killed while "
+                                           "logging, or run with tracking.mlflow=false.")
+    sync.add_argument("folders", nargs="+", type=Path, metavar="FOLDER")
+    sync.set_defaults(func=_mlflow_sync)
 
     sub.add_parser("models", help="list models: parameters, FLOPs per image, feature dimension"
                    ).set_defaults(func=_models)

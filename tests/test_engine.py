@@ -330,3 +330,39 @@ def test_record_files_respect_the_umask(data_dir: Path, tmp_path: Path) -> None:
     finally:
         os.umask(old)
     assert {oct(p.stat().st_mode & 0o777) for p in (tmp_path / "run").iterdir()} == {"0o644"}
+
+
+def test_parallel_runs_into_a_new_store_lose_nothing_and_sync_logs_what_mlflow_lacks(data_dir: Path,
+                                                                                      tmp_path: Path) -> None:
+    """Four `bench run` processes at once against a store that does not exist yet: four FINISHED
+    runs. Runs recorded without MLflow are logged by `bench mlflow sync`, once."""
+    import os
+    import subprocess
+    import sys
+
+    import mlflow
+
+    config = Path(__file__).resolve().parents[1] / "examples" / "fedavg_digits.yaml"
+    uri = f"sqlite:///{tmp_path / 'fresh' / 'mlflow.db'}"
+    env = {**os.environ, "MLFLOW_TRACKING_URI": uri}
+    (tmp_path / "fresh").mkdir()
+    procs = [subprocess.Popen([sys.executable, "-m", "bench.cli", "run", str(config), "--no-progress", "--data-dir",
+                               str(data_dir), "-S", "training.rounds=1", "-S", f"seed={s}", "-S",
+                               "tracking.experiment=par", "--out", str(tmp_path / f"r{s}")], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for s in range(4)]
+    outcomes = [(p.wait(), p.stderr.read()) for p in procs]  # type: ignore[union-attr]
+    assert all(code == 0 for code, _ in outcomes), outcomes
+    mlflow.set_tracking_uri(uri)
+    runs = mlflow.search_runs(experiment_names=["par"], output_format="list")
+    assert sorted((r.data.tags["seed"], r.info.status) for r in runs) == [(str(s), "FINISHED") for s in range(4)]
+
+    for s in (7, 8):
+        run_experiment(RunRequest(small_config(seed=s, training={"rounds": 1},
+                                               tracking={"mlflow": True, "experiment": "par"}),
+                                  tmp_path / "quiet" / f"r{s}", data_dir), mlflow=False)
+    sync = [sys.executable, "-m", "bench.cli", "mlflow", "sync", str(tmp_path)]
+    first = subprocess.run(sync, env=env, capture_output=True, text=True, check=True)
+    assert "6 finished or failed runs found, 2 logged" in first.stdout
+    again = subprocess.run(sync, env=env, capture_output=True, text=True, check=True)
+    assert "0 logged" in again.stdout
+    assert len(mlflow.search_runs(experiment_names=["par"], output_format="list")) == 6

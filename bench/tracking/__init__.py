@@ -1,7 +1,9 @@
 """Run records: metrics/curves files (the source of truth), provenance tags, MLflow (for browsing)."""
 from __future__ import annotations
 
+import contextlib
 import csv
+import fcntl
 import hashlib
 import io
 import json
@@ -10,14 +12,18 @@ import os
 import platform
 import subprocess
 import sys
+import time
+from collections.abc import Callable, Iterator
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 import yaml
 
 from bench.fileio import sha256_file, write_json, write_text
+
+T = TypeVar("T")
 
 
 def source_sha256() -> str:
@@ -126,26 +132,82 @@ def mlflow_uri() -> str:
     return os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{Path('mlflow.db').resolve()}"
 
 
+@contextlib.contextmanager
+def store_lock() -> Iterator[None]:
+    """Serialise writers of a SQLite MLflow store across processes (``flock`` on ``<db>.lock``): SQLite
+    and MLflow's schema migrations on a new store are not safe with concurrent writers. A server store
+    needs no lock."""
+    uri = mlflow_uri()
+    if not uri.startswith("sqlite:///"):
+        yield
+        return
+    lock = Path(uri.removeprefix("sqlite:///").split("?")[0] + ".lock")
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _retrying(action: Callable[[], T], attempts: int = 8) -> T:
+    """``action()``, retried with backoff while the store answers "database is locked" (another
+    program holding the SQLite file)."""
+    for attempt in range(attempts):
+        try:
+            return action()
+        except Exception as exc:  # sqlalchemy's OperationalError, wrapped by MLflow
+            if "database is locked" not in str(exc) or attempt == attempts - 1:
+                raise
+            time.sleep(0.05 * 2 ** attempt)
+    raise AssertionError("unreachable")
+
+
 def init_mlflow(experiment: str) -> str:
     """Create the store and experiment once, before runs fan out to processes (anchors.md §3.2)."""
     import mlflow
 
-    mlflow.set_tracking_uri(mlflow_uri())
-    found = mlflow.get_experiment_by_name(experiment)
-    return found.experiment_id if found else mlflow.create_experiment(experiment)
+    def create() -> str:
+        mlflow.set_tracking_uri(mlflow_uri())
+        found = mlflow.get_experiment_by_name(experiment)
+        return found.experiment_id if found else mlflow.create_experiment(experiment)
+
+    with store_lock():
+        return _retrying(create)
 
 
 def log_mlflow(config: Any, out_dir: str | Path) -> None:
     """Log one run to MLflow from its record files (the source of truth): flattened params,
     per-round metrics from curves.csv (step = round), the summary from metrics.json, provenance as
-    tags; FINISHED when metrics.json exists, FAILED (with the reason) when failure.json does."""
+    tags; FINISHED when metrics.json exists, FAILED (with the reason) when failure.json does. Safe
+    with concurrent writers (:func:`store_lock`)."""
+    with store_lock():
+        _retrying(lambda: _log_mlflow(config, Path(out_dir)))
+
+
+def logged_run_dirs(experiment: str) -> set[str]:
+    """The ``out_dir`` tags of the runs an experiment already holds."""
+    import mlflow
+
+    with store_lock():
+        mlflow.set_tracking_uri(mlflow_uri())
+        found = mlflow.get_experiment_by_name(experiment)
+        if found is None:
+            return set()
+        runs = mlflow.search_runs([found.experiment_id], output_format="list", max_results=100_000)
+    return {r.data.tags.get("out_dir", "") for r in runs}
+
+
+def _log_mlflow(config: Any, out: Path) -> None:
     import mlflow
     from mlflow.entities import Metric, Param, RunTag
 
-    out = Path(out_dir)
     client = mlflow.MlflowClient(mlflow_uri())
-    experiment_id = init_mlflow(config.tracking.experiment)
-    tags = {"seed": str(config.seed), "config_sha256": config.sha256, "out_dir": str(out),
+    mlflow.set_tracking_uri(mlflow_uri())
+    found = mlflow.get_experiment_by_name(config.tracking.experiment)
+    experiment_id = found.experiment_id if found else mlflow.create_experiment(config.tracking.experiment)
+    tags = {"seed": str(config.seed), "config_sha256": config.sha256, "out_dir": str(out.resolve()),
             "algorithm": config.algorithm.name, "dataset": config.dataset.name, **code_version(), **environment()}
     metrics: list[Metric] = []
     if (out / "metrics.json").exists():
