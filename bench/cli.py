@@ -137,11 +137,19 @@ def _suite_train(args: argparse.Namespace) -> int:
     suite = _suite(args)
     methods = suite.train_order(args.method or list(suite.params.methods))  # dependencies (e.g. CF's standalone) first
     requests = [r for m in methods for r in suite.requests(m, args.data_dir)]
+    from bench.runner.progress import SuiteProgress
+
     jobs = args.jobs or suite.params.suite.jobs
     print(f"suite {suite.name}: {len(requests)} runs ({', '.join(methods)}) on {jobs} processes", flush=True)
-    for request, metrics in zip(requests, run_many(requests, jobs)):
-        final = ", ".join(f"{k}={v:.4f}" for k, v in metrics["final"].items() if k.endswith("acc"))
-        print(f"  {request.out_dir}: {final}")
+    with SuiteProgress(suite.name, [r.config.training.rounds for r in requests]) as progress:
+        def done(index: int, outcome: dict | str) -> None:
+            if isinstance(outcome, str):
+                progress.write(f"  FAILED {outcome}")
+                return
+            final = ", ".join(f"{k}={v:.4f}" for k, v in outcome["final"].items() if k.endswith("acc"))
+            progress.run_done(index, f"  {requests[index].out_dir}: {final}")
+
+        run_many(requests, jobs, progress.round_done, done)
     return 0
 
 

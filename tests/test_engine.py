@@ -366,3 +366,14 @@ def test_parallel_runs_into_a_new_store_lose_nothing_and_sync_logs_what_mlflow_l
     again = subprocess.run(sync, env=env, capture_output=True, text=True, check=True)
     assert "0 logged" in again.stdout
     assert len(mlflow.search_runs(experiment_names=["par"], output_format="list")) == 6
+
+
+def test_run_many_reports_every_round_and_every_run_in_this_process(data_dir: Path, tmp_path: Path) -> None:
+    from bench.runner.executor import run_many
+
+    requests = [RunRequest(small_config(seed=s, training={"rounds": 2}), tmp_path / f"s{s}", data_dir) for s in (0, 1)]
+    for jobs in (1, 2):
+        rounds: list[tuple[int, int]] = []
+        ended: list[int] = []
+        run_many(requests, jobs, lambda i, t: rounds.append((i, t)), lambda i, outcome: ended.append(i))
+        assert sorted(rounds) == [(0, 1), (0, 2), (1, 1), (1, 2)] and ended == [0, 1]

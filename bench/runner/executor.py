@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import json
 import multiprocessing
+import threading
 from concurrent.futures import ProcessPoolExecutor
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -60,33 +61,68 @@ def run_experiment(request: RunRequest, progress: ProgressFn | None = None, mlfl
     return json.loads((Path(request.out_dir) / "metrics.json").read_text())
 
 
-def _run_quiet(request: RunRequest) -> dict[str, Any] | str:
+RoundFn = Callable[[int, int], None]
+"""``(request index, round)``: a run finished a round."""
+DoneFn = Callable[[int, "dict[str, Any] | str"], None]
+"""``(request index, metrics or the reason it failed)``: a run ended."""
+
+
+def _run_quiet(request: RunRequest, index: int = 0, rounds: Any = None) -> dict[str, Any] | str:
+    """One run in a worker; ``rounds`` (a queue) hears ``(index, round)`` after every round."""
+    progress = None if rounds is None else (lambda t, row: rounds.put((index, t)))
     try:
-        return run_experiment(request, mlflow=False)
+        return run_experiment(request, progress, mlflow=False)
     except (Diverged, BenchError) as exc:
         return f"{request.out_dir}: {exc}"
 
 
-def run_many(requests: list[RunRequest], jobs: int = 1) -> list[dict[str, Any]]:
-    """Run every request (``jobs`` processes at once); results in request order.
+def run_many(requests: list[RunRequest], jobs: int = 1, on_round: RoundFn | None = None,
+             on_done: DoneFn | None = None) -> list[dict[str, Any]]:
+    """Run every request (``jobs`` processes at once); results in request order. ``on_round`` and
+    ``on_done`` are called in this process as runs progress and end.
 
     Worker processes only train and write records; this process logs every run to MLflow from
     those records, in request order, so workers never import MLflow and the store sees one writer.
     Raises :class:`BenchError` listing every failed run after all have finished."""
     def record(outcomes: Iterator[dict[str, Any] | str]) -> list[dict[str, Any] | str]:
         done = []
-        for request, outcome in zip(requests, outcomes):  # logging overlaps the runs still going
+        for index, (request, outcome) in enumerate(zip(requests, outcomes)):  # logging overlaps the runs still going
             if request.config.tracking.mlflow:
                 log_mlflow(request.config, request.out_dir)
+            if on_done is not None:
+                on_done(index, outcome)
             done.append(outcome)
         return done
 
     if jobs <= 1 or len(requests) <= 1:
-        outcomes = record(_run_quiet(r) for r in requests)
+        outcomes = record(_run_quiet(r, i, _Direct(on_round) if on_round else None) for i, r in enumerate(requests))
     else:
-        with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
-            outcomes = record(pool.map(_run_quiet, requests))
+        with multiprocessing.Manager() as manager, ProcessPoolExecutor(
+                max_workers=jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+            rounds = manager.Queue() if on_round else None
+            listener = threading.Thread(target=_listen, args=(rounds, on_round), daemon=True) if rounds else None
+            if listener:
+                listener.start()
+            outcomes = record(pool.map(_run_quiet, requests, range(len(requests)), [rounds] * len(requests)))
+            if listener:
+                rounds.put(None)
+                listener.join()
     failures = [o for o in outcomes if isinstance(o, str)]
     if failures:
         raise BenchError(f"{len(failures)} of {len(requests)} runs failed:\n  " + "\n  ".join(failures))
     return [o for o in outcomes if isinstance(o, dict)]
+
+
+@dataclass(frozen=True)
+class _Direct:
+    """A queue stand-in that calls ``on_round`` at once (serial runs in this process)."""
+
+    on_round: RoundFn
+
+    def put(self, item: tuple[int, int]) -> None:
+        self.on_round(*item)
+
+
+def _listen(rounds: Any, on_round: RoundFn) -> None:
+    while (item := rounds.get()) is not None:
+        on_round(*item)
