@@ -43,9 +43,20 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _data_prepare(args: argparse.Namespace) -> int:
-    from bench.data import prepare_dataset
+    from bench.data import prepare_dataset, prepared_dir
+    from bench.errors import DataUnavailable
 
-    folder = prepare_dataset(args.name, args.data_dir, force=args.force)
+    try:
+        folder = prepare_dataset(args.name, args.data_dir, force=args.force)
+    except DataUnavailable as exc:
+        if not args.skip_unavailable:
+            raise
+        folder = prepared_dir(args.name, args.data_dir)
+        write_text(folder / "UNAVAILABLE.txt", f"{exc}\n")
+        print(f"skipped {args.name}: its raw files are not here and cannot be downloaded (reason in "
+              f"{folder / 'UNAVAILABLE.txt'}); add them and run `bench data prepare {args.name}`")
+        return 0
+    (folder / "UNAVAILABLE.txt").unlink(missing_ok=True)
     print(f"prepared {args.name} in {folder}")
     return 0
 
@@ -233,6 +244,9 @@ def build_parser() -> argparse.ArgumentParser:
     prep.add_argument("name", help="dataset name (see `bench data list`)")
     prep.add_argument("--data-dir", **data_dir)
     prep.add_argument("--force", action="store_true", help="prepare again even if a valid cache exists")
+    prep.add_argument("--skip-unavailable", action="store_true",
+                      help="raw files absent and not downloadable (offline): say so, record why in "
+                           "prepared/NAME/UNAVAILABLE.txt and exit 0 instead of failing")
     prep.set_defaults(func=_data_prepare)
     data.add_parser("list", help="list the registered datasets").set_defaults(func=_data_list)
 

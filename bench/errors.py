@@ -5,6 +5,10 @@ class BenchError(Exception):
     """Bad input: a config key, a name, a file. The message names the problem and the fix."""
 
 
+class DataUnavailable(BenchError):
+    """A dataset's raw files are neither on disk nor downloadable (offline): the message names them."""
+
+
 class Diverged(RuntimeError):
     """A training loss became NaN, infinite or exploded, or a model's parameters became non-finite."""
 

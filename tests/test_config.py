@@ -154,3 +154,15 @@ def test_a_manifest_of_the_wrong_shape_or_bad_labels_is_refused(data_dir: Path, 
     (folder / "manifest.json").write_text(json.dumps(manifest))
     with pytest.raises(BenchError, match="labels outside"):
         load_prepared(folder)
+
+
+def test_an_unavailable_dataset_is_skipped_with_its_reason_only_when_asked(tmp_path: Path, monkeypatch,
+                                                                            capsys: pytest.CaptureFixture[str]) -> None:  # type: ignore[no-untyped-def]
+    """`dvc repro -P` offline: the data pipeline reports paper datasets as skipped, not failed."""
+    monkeypatch.setenv("BENCH_OFFLINE", "1")
+    assert main(["data", "prepare", "cifar10", "--data-dir", str(tmp_path)]) == 2
+    assert "needs 1 file(s)" in capsys.readouterr().err
+    assert main(["data", "prepare", "cifar10", "--data-dir", str(tmp_path), "--skip-unavailable"]) == 0
+    assert "skipped cifar10" in capsys.readouterr().out
+    reason = (tmp_path / "prepared" / "cifar10" / "UNAVAILABLE.txt").read_text()
+    assert "cifar-10-python.tar.gz" in reason and "offline" in reason

@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from bench.data.prepared import PreparedDataset, channel_stats
-from bench.errors import BenchError
+from bench.errors import BenchError, DataUnavailable
 from bench.fileio import sha256_file
 
 
@@ -154,7 +154,7 @@ def fetch(dataset: str, folder: str, data_dir: Path) -> dict[str, Path]:
             raise _mismatch(path, remote, actual)
         found[remote.name] = path
     if missing:
-        raise BenchError(missing_message(dataset, target_dir, missing))
+        raise DataUnavailable(missing_message(dataset, target_dir, missing))
     return found
 
 
