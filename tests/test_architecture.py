@@ -38,7 +38,8 @@ def import_graph() -> nx.DiGraph:
 
 
 def room(module: str) -> str:
-    return module.split(".")[1]
+    """The room of a module; the package's ``__init__`` (CPU kernel pinning) is the ground floor."""
+    return module.split(".")[1] if "." in module else "errors"
 
 
 def test_no_import_cycles_between_any_two_modules() -> None:
@@ -60,3 +61,17 @@ def test_every_room_is_layered() -> None:
                          ids=lambda p: p.name)
 def test_no_method_state_in_string_keyed_extra_dicts(path: Path) -> None:
     assert not re.search(r"\.extra\b|extra\[|extra: dict", path.read_text())
+
+
+def test_importing_bench_pins_torch_to_avx2_kernels() -> None:
+    """Every x86-64 machine with AVX2 takes the same kernels (bench/__init__.py); native on request."""
+    import subprocess
+    import sys
+
+    probe = "import bench, torch; torch.ones(2) + 1; print(torch.backends.cpu.get_cpu_capability())"
+    env = {k: v for k, v in __import__("os").environ.items() if k not in ("ATEN_CPU_CAPABILITY", "BENCH_CPU_KERNELS")}
+    pinned = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True)
+    native = subprocess.run([sys.executable, "-c", probe], env={**env, "BENCH_CPU_KERNELS": "native"},
+                            capture_output=True, text=True, check=True)
+    assert pinned.stdout.strip() == "AVX2"
+    assert native.stdout.strip() in ("AVX2", "AVX512", "DEFAULT")
