@@ -21,19 +21,26 @@ def _dvc(project: Path, *args: str) -> subprocess.CompletedProcess[str]:
                           text=True, timeout=900)
 
 
-@pytest.fixture(scope="module")
-def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """dvc.yaml and bench/ copied; params.yaml = the default suite shrunk to smoke scale."""
-    folder = tmp_path_factory.mktemp("project")
+def _scratch_project(folder: Path, seeds: list[int], rounds: int, settings: list[str],
+                     methods: list[str] | None = None) -> Path:
+    """dvc.yaml and bench/ copied into ``folder``; params.yaml = the default suite shrunk as asked."""
     shutil.copy(ROOT / "dvc.yaml", folder)
     shutil.copytree(ROOT / "bench", folder / "bench", ignore=shutil.ignore_patterns("__pycache__"))
     params = yaml.safe_load((ROOT / "params.yaml").read_text())
-    params["suite"].update(seeds=[0], jobs=1)
-    params["suite"]["base"]["training"]["rounds"] = 2
-    params["settings"] = {k: params["settings"][k] for k in ("iid", "dir0.1")}
+    params["suite"].update(seeds=seeds, jobs=1)
+    params["suite"]["base"]["training"]["rounds"] = rounds
+    params["settings"] = {k: params["settings"][k] for k in settings}
+    if methods is not None:
+        params["methods"] = {k: params["methods"][k] for k in methods}
     (folder / "params.yaml").write_text(yaml.safe_dump(params))
     assert _dvc(folder, "init", "--no-scm", "-q").returncode == 0
     return folder
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The default suite at smoke scale: one seed, 2 rounds, two settings, every method."""
+    return _scratch_project(tmp_path_factory.mktemp("project"), [0], 2, ["iid", "dir0.1"])
 
 
 def test_dvc_repro_report_pin_compare(project: Path) -> None:
@@ -69,17 +76,7 @@ def test_dvc_repro_report_pin_compare(project: Path) -> None:
 @pytest.fixture(scope="module")
 def small_project(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The default suite's dvc.yaml with one method, one setting, two seeds and 8 rounds."""
-    folder = tmp_path_factory.mktemp("small")
-    shutil.copy(ROOT / "dvc.yaml", folder)
-    shutil.copytree(ROOT / "bench", folder / "bench", ignore=shutil.ignore_patterns("__pycache__"))
-    params = yaml.safe_load((ROOT / "params.yaml").read_text())
-    params["suite"].update(seeds=[0, 1], jobs=1)
-    params["suite"]["base"]["training"]["rounds"] = 8
-    params["settings"] = {"iid": params["settings"]["iid"]}
-    params["methods"] = {"fedavg": params["methods"]["fedavg"]}
-    (folder / "params.yaml").write_text(yaml.safe_dump(params))
-    assert _dvc(folder, "init", "--no-scm", "-q").returncode == 0
-    return folder
+    return _scratch_project(tmp_path_factory.mktemp("small"), [0, 1], 8, ["iid"], ["fedavg"])
 
 
 def test_a_stage_killed_mid_run_resumes_with_dvc_repro(small_project: Path) -> None:
