@@ -50,7 +50,12 @@ def test_dvc_repro_report_pin_compare(project: Path) -> None:
     assert pin.returncode == 0, pin.stderr
     passing = _dvc(project, "repro")
     assert passing.returncode == 0, passing.stderr[-3000:]
-    assert "0 DRIFT, 0 MISSING" in (project / "reports" / "default" / "drift.md").read_text()
+    drift_table = (project / "reports" / "default" / "drift.md").read_text()
+    assert "0 CHANGED, 0 DRIFT, 0 MISSING" in drift_table
+    assert any(line.split()[:3] == ["fedavg", "iid", "0"] for line in drift_table.splitlines())
+    # the log: the summary line, not the table
+    assert "0 DRIFT, 0 MISSING, 0 not pinned (full table: reports/default/drift.md)" in passing.stdout
+    assert not any(line.split()[:3] == ["fedavg", "iid", "0"] for line in passing.stdout.splitlines())
 
     again = _dvc(project, "repro")
     assert again.returncode == 0 and "Data and pipelines are up to date" in again.stdout
@@ -63,7 +68,28 @@ def test_dvc_repro_report_pin_compare(project: Path) -> None:
     assert failing.returncode != 0
     drift = (project / "reports" / "default" / "drift.md").read_text()
     assert "DRIFT" in drift and "fedavg" in drift and "final_global_acc" in drift
-    assert "DRIFT" in failing.stdout  # the table is printed where the user sees it
+    assert "DRIFT: fedavg/iid/seed0 final_global_acc: pinned" in failing.stdout  # printed where the user sees it
+
+
+def test_a_changed_config_fails_until_pinned(project: Path) -> None:
+    """FedProx's mu changed tenfold: its runs are re-trained and compare fails (CHANGED) whatever the
+    tolerance, until `bench pin` records the deliberate change."""
+    pin = subprocess.run([sys.executable, "-m", "bench.cli", "pin"], cwd=project, capture_output=True, text=True)
+    assert pin.returncode == 0, pin.stderr
+    params = yaml.safe_load((project / "params.yaml").read_text())
+    params["methods"]["fedprox"]["mu"] *= 10
+    (project / "params.yaml").write_text(yaml.safe_dump(params))
+    changed = _dvc(project, "repro")
+    assert changed.returncode != 0
+    # fedprox: 2 settings x (1 seed + the mean) x 4 values
+    assert ", 16 CHANGED, 0 DRIFT, 0 MISSING, 0 not pinned (full table: reports/default/drift.md)" in changed.stdout
+    assert "CHANGED: fedprox/iid: seed 0 trained with another config than pinned (8 values)" in changed.stdout
+    assert "re-pin with `bench pin`" in changed.stdout
+    pin = subprocess.run([sys.executable, "-m", "bench.cli", "pin"], cwd=project, capture_output=True, text=True)
+    assert pin.returncode == 0, pin.stderr
+    again = _dvc(project, "repro")
+    assert again.returncode == 0, again.stdout[-3000:]
+
 
 
 @pytest.fixture(scope="module")

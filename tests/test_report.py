@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import statistics
 from pathlib import Path
@@ -133,8 +134,10 @@ def test_new_method_is_not_pinned_and_missing_pinned_run_fails(
     assert bench(suite_root, "compare", "--pinned", str(pinned)) == 1
     out = capsys.readouterr().out
     assert any(line.startswith("standalone") and line.endswith("not pinned") for line in out.splitlines())
-    assert "MISSING: fedprox/iid/seed0 final_local_acc" in out and "(not in the suite's params)" in out
+    assert "MISSING: fedprox/iid/seed0 (final_local_acc, last5_local_acc): not in the suite's params" in out
     assert "0 DRIFT, 12 MISSING, 12 not pinned" in out
+    assert "the suite no longer has fedprox/iid, fedprox/dir0.5: if removed deliberately, re-pin" in out
+    assert "not pinned: standalone (12 values, new since the pin: `bench pin` adds them)" in out
     del data["values"]["fedprox"]
     pinned.write_text(json.dumps(data))
     assert bench(suite_root, "compare", "--pinned", str(pinned)) == 0
@@ -186,7 +189,11 @@ def test_missing_or_failed_run_is_named(suite_root: Path, tmp_path: Path, capsys
         assert f"{run}: failed (diverged at round 2)" in err and "bench suite train --method standalone" in err
     assert not (tmp_path / "pinned2.json").exists()
     assert bench(root, "compare", "--pinned", str(tmp_path / "pinned.json")) == 1
-    assert "MISSING: standalone/iid/seed1 final_local_acc: pinned" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert f"MISSING: standalone/iid/seed1 (final_local_acc, last5_local_acc): {run}: failed (diverged at round 2)" \
+        in out
+    assert "standalone/iid/mean" not in out.split("\n\n")[-1]  # its mean fails too, but the seed says why
+    assert "produce the runs with `bench suite train --method standalone`" in out
 
 
 def test_pinned_values_are_the_same_from_records_or_metrics(tmp_path: Path,
@@ -213,4 +220,79 @@ def test_pinned_values_are_the_same_from_records_or_metrics(tmp_path: Path,
         records.unlink()
     capsys.readouterr()
     assert bench(tmp_path, "compare") == 0
-    assert "36 ok, 0 DRIFT, 0 MISSING, 0 not pinned" in capsys.readouterr().out
+    assert "36 ok, 0 CHANGED, 0 DRIFT, 0 MISSING, 0 not pinned" in capsys.readouterr().out
+
+
+def test_changed_config_fails_in_any_environment(suite_root: Path, tmp_path: Path,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """A method re-trained with another config fails as CHANGED even where the tolerance would let its
+    numbers pass (another environment), is counted in the summary line and names the fix; `bench pin`
+    after the deliberate change passes again."""
+    import yaml
+
+    root = tmp_path / "copy"
+    shutil.copytree(suite_root, root, ignore=shutil.ignore_patterns("data"))
+    pinned = tmp_path / "pinned.json"
+    assert bench(root, "pin", "--out", str(pinned)) == 0
+    data = json.loads(pinned.read_text())
+    data["environment"]["torch"] = "0.0.0"  # away from the pinning machine: tolerance, not exact
+    for cells in data["tolerance"], :
+        cells.update(per_seed_abs=1.0, mean_abs=1.0)  # so wide that no number can drift
+    pinned.write_text(json.dumps(data))
+    params = yaml.safe_load((root / "params.yaml").read_text())
+    params["methods"]["fedavg"] = {"config": {"training": {"optimizer": {"name": "sgd", "lr": 0.0501}}}}
+    (root / "params.yaml").write_text(yaml.safe_dump(params))
+    assert bench(root, "suite", "train", "--method", "fedavg", "--data-dir", str(suite_root / "data")) == 0
+    capsys.readouterr()
+    drift = tmp_path / "drift.md"
+    assert bench(root, "compare", "--pinned", str(pinned), "--out", str(drift)) == 1
+    out = capsys.readouterr().out
+    # fedavg: 2 settings x (2 seeds + mean) x 4 values
+    assert f"suite tiny against {pinned}: 12 ok, 24 CHANGED, 0 DRIFT, 0 MISSING, 0 not pinned" in out
+    assert "CHANGED: fedavg/iid: seeds 0, 1 trained with another config than pinned (12 values)" in out
+    assert "re-pin with `bench pin` and say why in the commit" in out
+    table = drift.read_text()
+    assert any(line.split()[:4] == ["fedavg", "iid", "0", "final_global_acc"]
+               and "CHANGED (config changed since pinned: sha256" in line for line in table.splitlines())
+    assert bench(root, "pin", "--out", str(pinned)) == 0  # the deliberate change, re-pinned
+    assert bench(root, "compare", "--pinned", str(pinned)) == 0
+
+
+def test_compare_with_out_prints_the_summary_and_what_failed(suite_root: Path, tmp_path: Path,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    pinned, drift = tmp_path / "pinned.json", tmp_path / "drift.md"
+    assert bench(suite_root, "pin", "--out", str(pinned)) == 0
+    capsys.readouterr()
+    assert bench(suite_root, "compare", "--pinned", str(pinned), "--out", str(drift)) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        f"suite tiny against {pinned}: 36 ok, 0 CHANGED, 0 DRIFT, 0 MISSING, 0 not pinned (full table: {drift})"]
+    assert len(drift.read_text().splitlines()) == 1 + 36 + 2  # header, a row per value, blank, summary
+
+    data = json.loads(pinned.read_text())
+    data["values"]["fedavg"]["iid"]["seeds"]["1"]["values"]["final_global_acc"] += 1e-9
+    pinned.write_text(json.dumps(data))
+    assert bench(suite_root, "compare", "--pinned", str(pinned), "--out", str(drift)) == 1
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].endswith(f"35 ok, 0 CHANGED, 1 DRIFT, 0 MISSING, 0 not pinned (full table: {drift})")
+    assert lines[1].startswith("  DRIFT: fedavg/iid/seed1 final_global_acc: pinned ") and "tolerance exact" in lines[1]
+    assert lines[2].startswith("DRIFT: a number left its tolerance") and len(lines) == 3
+
+
+def test_compare_before_anything_ran_names_the_command(suite_root: Path, tmp_path: Path,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    pinned = tmp_path / "pinned.json"
+    assert bench(suite_root, "pin", "--out", str(pinned)) == 0
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    shutil.copy(suite_root / "params.yaml", fresh)
+    capsys.readouterr()
+    assert bench(fresh, "compare", "--pinned", str(pinned)) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "MISSING" not in err
+    assert f"suite tiny has none of its 8 runs in {fresh}/results/tiny to compare with {pinned}; run " in err
+    assert err.rstrip().endswith("first") and "`bench suite train --method fedavg --method standalone`" in err
+    (fresh / "dvc.yaml").write_text("stages: {}\n")  # a pipeline beside the params: its command first
+    assert bench(fresh, "compare", "--pinned", str(pinned)) == 2
+    err = capsys.readouterr().err
+    assert f"; run `dvc repro {os.path.relpath(fresh / 'dvc.yaml')}` (or `bench suite train" in err, err
+
