@@ -1,6 +1,7 @@
 """`bench suite report`, `bench pin` and `bench compare` on a tiny suite trained once per module."""
 from __future__ import annotations
 
+import csv
 import json
 import os
 import shutil
@@ -56,8 +57,13 @@ def seed_metrics(root: Path, method: str, setting: str) -> list[dict]:
 
 def test_report_tables_match_the_runs(suite_root: Path, tmp_path: Path) -> None:
     out = tmp_path / "report"
+    stale = [out / "metrics.json", out / "metrics" / "gone" / "fedavg.json", out / "plots" / "curves_gone.csv"]
+    for path in stale:  # an earlier version's file, a setting the suite no longer has
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("{}")
     assert bench(suite_root, "suite", "report", "--out", str(out)) == 0
-    for name in ["summary.md", "summary.csv", "metrics.json"] + [
+    assert not any(path.exists() for path in stale)
+    for name in ["summary.md", "summary.csv"] + [f"metrics/{s}/{m}.json" for s in SETTINGS for m in METHODS] + [
             f"{folder}/{kind}_{s}.{ext}" for s in SETTINGS
             for folder, kind, ext in (("plots", "curves", "csv"), ("figures", "curves", "png"),
                                       ("figures", "partition", "png"))]:
@@ -75,19 +81,33 @@ def test_report_tables_match_the_runs(suite_root: Path, tmp_path: Path) -> None:
     assert list(global_table) == METHODS and list(local_table) == METHODS
     assert list(global_table["fedavg"]) == ["method"] + [f"{s} {k}" for s in SETTINGS
                                                          for k in ("final", "last-5", "best†")]
-    summary = json.loads((out / "metrics.json").read_text())
+    with open(out / "summary.csv", newline="") as handle:
+        summary = {(row["method"], row["setting"]): row for row in csv.DictReader(handle)}
     for setting in SETTINGS:
+        metrics = {m: json.loads((out / "metrics" / setting / f"{m}.json").read_text()) for m in METHODS}
         for method, table, metric in [("fedavg", global_table, "global_acc"), ("fedavg", local_table, "local_acc"),
                                       ("standalone", local_table, "local_acc")]:
             finals = [m["final"][metric] for m in seed_metrics(suite_root, method, setting)]
             mean, std = statistics.fmean(finals), statistics.stdev(finals)
             assert table[method][f"{setting} final"] == f"{100 * mean:.2f} ± {100 * std:.2f}"
-            assert summary[method][setting][f"final_{metric}_mean"] == pytest.approx(mean, abs=1e-12)
+            assert metrics[method][f"final_{metric}"] == pytest.approx(mean, abs=1e-12)
+            assert float(summary[method, setting][f"final_{metric}_mean"]) == pytest.approx(mean, abs=1e-12)
         assert global_table["standalone"][f"{setting} final"] == "—"  # no global model
-        assert "final_global_acc_mean" not in summary["standalone"][setting]
-        assert summary["fedavg"][setting]["time_vs_fedavg"] == 1.0
-        header = (out / "plots" / f"curves_{setting}.csv").read_text().splitlines()[0]
-        assert header == "round,fedavg_global_acc,fedavg_local_acc,standalone_local_acc"
+        # metrics files: what a person reads in `dvc metrics show`, the rest is in summary.csv
+        assert set(metrics["fedavg"]) == {"final_global_acc", "last5_global_acc", "final_local_acc", "last5_local_acc"}
+        assert set(metrics["standalone"]) == {"final_local_acc", "last5_local_acc"}
+        assert float(summary["fedavg", setting]["time_vs_fedavg"]) == 1.0
+        with open(out / "plots" / f"curves_{setting}.csv", newline="") as handle:
+            curves = list(csv.DictReader(handle))
+        assert list(curves[0]) == ["round", "setting", "method", "metric", "accuracy", "method_index"]
+        assert {(r["method"], r["method_index"]) for r in curves} == {("fedavg", "0"), ("standalone", "1")}
+        assert {(r["method"], r["metric"]) for r in curves} == {
+            ("fedavg", "global_acc"), ("fedavg", "local_acc"), ("standalone", "local_acc")}
+        assert {r["setting"] for r in curves} == {setting}
+        fedavg_final = next(r for r in curves if r["method"] == "fedavg" and r["metric"] == "global_acc"
+                            and r["round"] == "3")
+        finals = [m["final"]["global_acc"] for m in seed_metrics(suite_root, "fedavg", setting)]
+        assert float(fedavg_final["accuracy"]) == pytest.approx(statistics.fmean(finals), abs=1e-12)
     assert "× fedavg" in markdown and "![curves_iid](figures/curves_iid.png)" in markdown
 
 
@@ -296,3 +316,35 @@ def test_compare_before_anything_ran_names_the_command(suite_root: Path, tmp_pat
     err = capsys.readouterr().err
     assert f"; run `dvc repro {os.path.relpath(fresh / 'dvc.yaml')}` (or `bench suite train" in err, err
 
+
+def test_curves_figure_gives_each_method_its_own_colour_and_keeps_the_legend_off_the_curves() -> None:
+    import numpy as np
+    from matplotlib.colors import to_hex
+
+    from bench.report.suite_report import PALETTE, curves_figure
+
+    methods = [f"method{i}" for i in range(23)]
+    rounds = np.arange(1, 21)
+    rng = np.random.default_rng(0)
+    curves = {(m, metric): rng.uniform(0.5, 1.0, (3, 20)) for m in methods for metric in ("global_acc", "local_acc")}
+    fig = curves_figure(rounds, curves, "test")
+    fig.canvas.draw()
+    for ax in fig.axes:
+        styles = [(to_hex(line.get_color()), line.get_linestyle()) for line in ax.get_lines()]
+        assert len(styles) == len(methods) and len(set(styles)) == len(methods)
+        assert len({colour for colour, _ in styles[:len(PALETTE)]}) == len(PALETTE)  # 21 distinct colours
+        assert styles[0][0] != styles[10][0]  # FedAvg and the 11th method (FedHKD-code) no longer share blue
+    assert [t.get_text() for t in fig.legends[0].get_texts()] == methods
+    legend = fig.legends[0].get_window_extent()
+    for ax in fig.axes:
+        assert not legend.overlaps(ax.get_window_extent()), "the legend covers a panel"
+
+
+def test_dvc_plots_template_colours_methods_as_the_figures_do() -> None:
+    from bench.report.suite_report import PALETTE
+
+    template = json.loads((Path(__file__).resolve().parents[1] / ".dvc" / "plots" / "fkd_methods.json").read_text())
+    encoding = template["spec"]["encoding"]
+    assert encoding["color"]["field"] == "method" and encoding["color"]["scale"]["range"] == list(PALETTE)
+    assert encoding["x"]["field"] == "<DVC_METRIC_X>" and encoding["y"]["field"] == "<DVC_METRIC_Y>"
+    assert template["data"]["values"] == "<DVC_METRIC_DATA>"
