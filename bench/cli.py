@@ -152,11 +152,13 @@ def _suite_report(args: argparse.Namespace) -> int:
 
 
 def _pin(args: argparse.Namespace) -> int:
-    from bench.report.pinned import default_pinned_path, pin
+    from bench.report.pinned import default_pinned_path, pin, pin_warnings
 
     suite = _suite(args)
     path = pin(suite, args.out or default_pinned_path(args.params, suite.name), args.per_seed_tol, args.mean_tol)
     print(f"pinned suite {suite.name} to {path}")
+    for warning in pin_warnings(path):
+        print(f"warning: {warning}", file=sys.stderr)
     return 0
 
 

@@ -317,6 +317,45 @@ def test_compare_before_anything_ran_names_the_command(suite_root: Path, tmp_pat
     assert f"; run `dvc repro {os.path.relpath(fresh / 'dvc.yaml')}` (or `bench suite train" in err, err
 
 
+def test_reports_name_the_commits_of_their_runs_and_pins(suite_root: Path, tmp_path: Path) -> None:
+    from bench.report.pinned import load_pinned
+    from bench.report.provenance import provenance_markdown
+    from bench.report.runs import RunRecord
+    from bench.suites import load_suite
+
+    root = tmp_path / "copy"
+    shutil.copytree(suite_root, root, ignore=shutil.ignore_patterns("data"))
+    assert bench(root, "pin") == 0  # reports/pinned/tiny.json, which the report shows
+    assert bench(root, "suite", "report") == 0
+    summary = (root / "reports" / "tiny" / "summary.md").read_text()
+    run = json.loads((root / "results/tiny/fedavg/iid/seed0/provenance.json").read_text())
+    assert "## Provenance" in summary and f"- Runs (8): git commit `{run['git_commit']}`." in summary
+    assert f"- Pinned values (`reports/pinned/tiny.json`): from runs of git commit `{run['git_commit']}`, the " \
+           "same commit as these runs'." in summary
+    assert run["code_sha256"] in summary
+
+    suite = load_suite(root / "params.yaml")
+    pinned = load_pinned(root / "reports/pinned/tiny.json", suite)
+    assert pinned.environment["code_sha256"] == run["code_sha256"]
+    records = {("fedavg", "iid", 0): RunRecord(root, {}, {}, {"git_commit": "c1" * 20 + "-dirty", "code_sha256": "x"}),
+               ("fedprox", "iid", 0): RunRecord(root, {}, {}, {"git_commit": "c2" * 20, "code_sha256": "y"})}
+    pinned = pinned.model_copy(update={"environment": {**pinned.environment, "git_commit": "c3" * 20}})
+    text = provenance_markdown(records, ["fedavg", "fedprox"], pinned, "reports/pinned/tiny.json")
+    assert ("from 2 git commits (a method's runs are re-trained when its code or params change): "
+            f"`{'c1' * 20}-dirty`: fedavg; `{'c2' * 20}`: fedprox.") in text
+    assert f"**Not reproducible from a commit:** the runs of `{'c1' * 20}-dirty` were trained from uncommitted" in text
+    assert f"from runs of git commit `{'c3' * 20}`, **another commit than these runs'**; the compare stage" in text
+    assert "Pinned values: none" in provenance_markdown(records, ["fedavg", "fedprox"], None, None)
+
+    from bench.report.pinned import pin_warnings  # `bench pin` warns about runs of uncommitted code
+
+    data = json.loads((root / "reports/pinned/tiny.json").read_text())
+    for commit, warned in (("abc", False), ("abc-dirty", True), (["abc", "def-dirty"], True)):
+        data["environment"]["git_commit"] = commit
+        (tmp_path / "p.json").write_text(json.dumps(data))
+        assert bool(pin_warnings(tmp_path / "p.json")) == warned
+
+
 def test_curves_figure_gives_each_method_its_own_colour_and_keeps_the_legend_off_the_curves() -> None:
     import numpy as np
     from matplotlib.colors import to_hex

@@ -54,7 +54,8 @@ FingerprintField = Literal["machine", "cpu_capability", "torch", "uv_lock_sha256
 FORMAT = "fkd-bench-pinned"
 FORMAT_VERSION = 1
 FINGERPRINT = ("machine", "cpu_capability", "torch", "uv_lock_sha256", "python_minor")
-ENVIRONMENT = ("platform", "machine", "cpu_capability", "python", "torch", "uv_lock_sha256", "git_commit")
+ENVIRONMENT = ("platform", "machine", "cpu_capability", "python", "torch", "uv_lock_sha256", "git_commit",
+               "code_sha256")
 PER_SEED_ABS = 0.07
 MEAN_ABS = 0.04
 
@@ -148,6 +149,15 @@ def pin(suite: Suite, path: Path, per_seed_abs: float | None = None, mean_abs: f
                         tolerance=Tolerance(per_seed_abs=PER_SEED_ABS if per_seed_abs is None else per_seed_abs,
                                             mean_abs=MEAN_ABS if mean_abs is None else mean_abs), values=values)
     return write_json(path, pinned.model_dump(mode="json"))
+
+
+def pin_warnings(path: Path) -> list[str]:
+    """What a freshly written pinned file should not have: runs trained from uncommitted code."""
+    commits = json.loads(Path(path).read_text())["environment"].get("git_commit", [])
+    dirty = [c for c in ([commits] if isinstance(commits, str) else commits) if c.endswith("-dirty")]
+    return [f"the runs were trained from uncommitted changes to bench/ ({', '.join(dirty)}): no commit reproduces "
+            "the pinned numbers, only the pinned code_sha256 identifies their code; to pin a commit, commit the "
+            "code, re-train (`dvc repro -f`) and pin again"] if dirty else []
 
 
 def load_pinned(path: Path, suite: Suite) -> PinnedFile:

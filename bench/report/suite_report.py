@@ -18,6 +18,9 @@ Writes to ``reports/<suite>/``:
   each method has its own colour (and line style), the legend is outside the axes.
 - ``figures/partition_<setting>.png``: each setting's partition figure.
 - ``paper.md`` (a suite with a paper): the paper's tables, sections and claims (paper_report.py).
+
+``summary.md`` and ``paper.md`` name the git commit(s) and code hash of their runs and the commit of the
+pinned file they show, and say so where those differ or the runs came from uncommitted code (provenance.py).
 """
 from __future__ import annotations
 
@@ -29,7 +32,8 @@ import numpy as np
 
 from bench.fileio import atomic_write, write_json, write_text
 from bench.report.paper_report import markdown_table, paper_markdown
-from bench.report.pinned import default_pinned_path, load_pinned
+from bench.report.pinned import PinnedFile, default_pinned_path, load_pinned
+from bench.report.provenance import pinned_display_name, provenance_markdown
 from bench.report.runs import ACC_METRICS, RunRecord, require_runs
 from bench.suites import Suite
 from bench.suites.statistics import Statistic, mean_std
@@ -91,16 +95,14 @@ def _pct(cell: dict, key: str) -> str:
 
 
 def summary_markdown(suite: Suite, table: dict, runs: dict[tuple[str, str, int], RunRecord],
-                     images: list[str]) -> str:
+                     images: list[str], provenance: str = "") -> str:
     p = suite.params
     records = list(runs.values())
     rounds = sorted({r.metrics["rounds"] for r in records})
-    prov = {k: sorted({str(r.provenance.get(k, "unknown")) for r in records})
-            for k in ("git_commit", "torch", "machine", "python")}
     parts = [f"# Suite `{suite.name}`",
              f"{len(p.methods)} methods × {len(p.settings)} settings × {len(p.suite.seeds)} seeds "
-             f"({', '.join(map(str, p.suite.seeds))}), {', '.join(map(str, rounds))} rounds. "
-             + "; ".join(f"{k}: {', '.join(v)}" for k, v in prov.items()) + ".",
+             f"({', '.join(map(str, p.suite.seeds))}), {', '.join(map(str, rounds))} rounds.",
+             *([provenance] if provenance else []),
              ("Accuracy in %, mean ± sample std over seeds. **final**: the last round; **last-5**: the mean "
               "of the last 5 rounds; **best†**: the best round (secondary: optimistic, it selects on the "
               "test set). — : the method has no such model.")]
@@ -229,6 +231,10 @@ def write_report(suite: Suite, out: Path | None = None) -> list[Path]:
     out = Path(out) if out is not None else suite.root / "reports" / suite.name
     runs = require_runs(suite)
     table = summarize(suite, runs)
+    pinned_path = default_pinned_path(suite.params_file, suite.name) if suite.params_file else None
+    pinned: PinnedFile | None = load_pinned(pinned_path, suite) if pinned_path and pinned_path.exists() else None
+    provenance = provenance_markdown(runs, suite.methods, pinned, pinned_path and pinned_display_name(
+        pinned_path, Path(suite.params_file).parent if suite.params_file else None))
     written = [write_text(out / "summary.csv", summary_csv(table))]
     written += [write_json(out / "metrics" / name, values) for name, values in metrics_files(table).items()]
     for setting in suite.params.settings:
@@ -239,11 +245,9 @@ def write_report(suite: Suite, out: Path | None = None) -> list[Path]:
     written += partition_figures(suite, out / "figures")
     _remove_stale(out, written)
     images = [str(p.relative_to(out)) for p in written if p.suffix == ".png"]
-    written.append(write_text(out / "summary.md", summary_markdown(suite, table, runs, images)))
+    written.append(write_text(out / "summary.md", summary_markdown(suite, table, runs, images, provenance)))
     if suite.paper is not None:
-        pinned_path = default_pinned_path(suite.params_file, suite.name) if suite.params_file else None
-        pinned = load_pinned(pinned_path, suite) if pinned_path and pinned_path.exists() else None
-        written.append(write_text(out / "paper.md", paper_markdown(suite, runs, table, pinned)))
+        written.append(write_text(out / "paper.md", paper_markdown(suite, runs, table, pinned, provenance)))
     return written
 
 
