@@ -104,7 +104,9 @@ def train_command(suite: Suite, methods: set[str]) -> str:
 def repro_command(suite: Suite, methods: set[str] | None = None) -> str:
     """The command producing the suite's runs (of ``methods``, default all): ``dvc repro`` of the
     dvc.yaml beside its params file when the runs live there too, then `bench suite train`."""
-    train = train_command(suite, set(suite.params.methods) if methods is None else methods)
+    every = methods is None or set(methods) >= set(suite.params.methods)
+    train = ("`bench suite train` (same --params/--root/-S as this command)" if every
+             else train_command(suite, set(methods or ())))
     if suite.params_file is None:
         return train
     folder = Path(suite.params_file).parent
