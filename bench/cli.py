@@ -173,11 +173,13 @@ def _suite_report(args: argparse.Namespace) -> int:
 
 
 def _pin(args: argparse.Namespace) -> int:
-    from bench.report.pinned import default_pinned_path, pin
+    from bench.report.pinned import default_pinned_path, pin, pin_warnings
 
     suite = _suite(args)
     path = pin(suite, args.out or default_pinned_path(args.params, suite.name), args.per_seed_tol, args.mean_tol)
     print(f"pinned suite {suite.name} to {path}")
+    for warning in pin_warnings(path):
+        print(f"warning: {warning}", file=sys.stderr)
     return 0
 
 
@@ -186,10 +188,9 @@ def _compare(args: argparse.Namespace) -> int:
 
     suite = _suite(args)
     result = compare(suite, args.pinned or default_pinned_path(args.params, suite.name))
-    table = result.format()
-    if args.out:
-        write_text(args.out, table + "\n")
-    print(table)
+    if args.out:  # the whole table to the file, the summary and what failed to the log
+        write_text(args.out, result.format() + "\n")
+    print(result.summary(args.out) if args.out else result.format())
     return 1 if result.failures else 0
 
 
@@ -289,10 +290,11 @@ def build_parser() -> argparse.ArgumentParser:
                      "(default: the policy in bench/report/pinned.py)")
     pin.add_argument("--mean-tol", type=float, help="absolute tolerance of the mean over seeds in another "
                      "environment (default: the policy in bench/report/pinned.py)")
-    compare = suite_command("compare", "compare the suite's runs with its pinned values; exit 1 on drift",
-                            _compare, sub)
+    compare = suite_command("compare", "compare the suite's runs with its pinned values; exit 1 on a drifted, "
+                            "changed or missing value", _compare, sub)
     compare.add_argument("--pinned", type=Path, help="pinned file (default: as for `bench pin`)")
-    compare.add_argument("--out", type=Path, help="also write the drift table to this file")
+    compare.add_argument("--out", type=Path, help="write the drift table to this file and print only the summary "
+                         "and what failed")
 
     tracking = sub.add_parser("mlflow", help="MLflow store maintenance").add_subparsers(dest="mlflow_command",
                                                                                          required=True)

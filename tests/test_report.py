@@ -1,7 +1,9 @@
 """`bench suite report`, `bench pin` and `bench compare` on a tiny suite trained once per module."""
 from __future__ import annotations
 
+import csv
 import json
+import os
 import shutil
 import statistics
 from pathlib import Path
@@ -55,8 +57,13 @@ def seed_metrics(root: Path, method: str, setting: str) -> list[dict]:
 
 def test_report_tables_match_the_runs(suite_root: Path, tmp_path: Path) -> None:
     out = tmp_path / "report"
+    stale = [out / "metrics.json", out / "metrics" / "gone" / "fedavg.json", out / "plots" / "curves_gone.csv"]
+    for path in stale:  # an earlier version's file, a setting the suite no longer has
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("{}")
     assert bench(suite_root, "suite", "report", "--out", str(out)) == 0
-    for name in ["summary.md", "summary.csv", "metrics.json"] + [
+    assert not any(path.exists() for path in stale)
+    for name in ["summary.md", "summary.csv"] + [f"metrics/{s}/{m}.json" for s in SETTINGS for m in METHODS] + [
             f"{folder}/{kind}_{s}.{ext}" for s in SETTINGS
             for folder, kind, ext in (("plots", "curves", "csv"), ("figures", "curves", "png"),
                                       ("figures", "partition", "png"))]:
@@ -74,19 +81,33 @@ def test_report_tables_match_the_runs(suite_root: Path, tmp_path: Path) -> None:
     assert list(global_table) == METHODS and list(local_table) == METHODS
     assert list(global_table["fedavg"]) == ["method"] + [f"{s} {k}" for s in SETTINGS
                                                          for k in ("final", "last-5", "best†")]
-    summary = json.loads((out / "metrics.json").read_text())
+    with open(out / "summary.csv", newline="") as handle:
+        summary = {(row["method"], row["setting"]): row for row in csv.DictReader(handle)}
     for setting in SETTINGS:
+        metrics = {m: json.loads((out / "metrics" / setting / f"{m}.json").read_text()) for m in METHODS}
         for method, table, metric in [("fedavg", global_table, "global_acc"), ("fedavg", local_table, "local_acc"),
                                       ("standalone", local_table, "local_acc")]:
             finals = [m["final"][metric] for m in seed_metrics(suite_root, method, setting)]
             mean, std = statistics.fmean(finals), statistics.stdev(finals)
             assert table[method][f"{setting} final"] == f"{100 * mean:.2f} ± {100 * std:.2f}"
-            assert summary[method][setting][f"final_{metric}_mean"] == pytest.approx(mean, abs=1e-12)
+            assert metrics[method][f"final_{metric}"] == pytest.approx(mean, abs=1e-12)
+            assert float(summary[method, setting][f"final_{metric}_mean"]) == pytest.approx(mean, abs=1e-12)
         assert global_table["standalone"][f"{setting} final"] == "—"  # no global model
-        assert "final_global_acc_mean" not in summary["standalone"][setting]
-        assert summary["fedavg"][setting]["time_vs_fedavg"] == 1.0
-        header = (out / "plots" / f"curves_{setting}.csv").read_text().splitlines()[0]
-        assert header == "round,fedavg_global_acc,fedavg_local_acc,standalone_local_acc"
+        # metrics files: what a person reads in `dvc metrics show`, the rest is in summary.csv
+        assert set(metrics["fedavg"]) == {"final_global_acc", "last5_global_acc", "final_local_acc", "last5_local_acc"}
+        assert set(metrics["standalone"]) == {"final_local_acc", "last5_local_acc"}
+        assert float(summary["fedavg", setting]["time_vs_fedavg"]) == 1.0
+        with open(out / "plots" / f"curves_{setting}.csv", newline="") as handle:
+            curves = list(csv.DictReader(handle))
+        assert list(curves[0]) == ["round", "setting", "method", "metric", "accuracy", "method_index"]
+        assert {(r["method"], r["method_index"]) for r in curves} == {("fedavg", "0"), ("standalone", "1")}
+        assert {(r["method"], r["metric"]) for r in curves} == {
+            ("fedavg", "global_acc"), ("fedavg", "local_acc"), ("standalone", "local_acc")}
+        assert {r["setting"] for r in curves} == {setting}
+        fedavg_final = next(r for r in curves if r["method"] == "fedavg" and r["metric"] == "global_acc"
+                            and r["round"] == "3")
+        finals = [m["final"]["global_acc"] for m in seed_metrics(suite_root, "fedavg", setting)]
+        assert float(fedavg_final["accuracy"]) == pytest.approx(statistics.fmean(finals), abs=1e-12)
     assert "× fedavg" in markdown and "![curves_iid](figures/curves_iid.png)" in markdown
 
 
@@ -133,8 +154,10 @@ def test_new_method_is_not_pinned_and_missing_pinned_run_fails(
     assert bench(suite_root, "compare", "--pinned", str(pinned)) == 1
     out = capsys.readouterr().out
     assert any(line.startswith("standalone") and line.endswith("not pinned") for line in out.splitlines())
-    assert "MISSING: fedprox/iid/seed0 final_local_acc" in out and "(not in the suite's params)" in out
+    assert "MISSING: fedprox/iid/seed0 (final_local_acc, last5_local_acc): not in the suite's params" in out
     assert "0 DRIFT, 12 MISSING, 12 not pinned" in out
+    assert "the suite no longer has fedprox/iid, fedprox/dir0.5: if removed deliberately, re-pin" in out
+    assert "not pinned: standalone (12 values, new since the pin: `bench pin` adds them)" in out
     del data["values"]["fedprox"]
     pinned.write_text(json.dumps(data))
     assert bench(suite_root, "compare", "--pinned", str(pinned)) == 0
@@ -186,7 +209,11 @@ def test_missing_or_failed_run_is_named(suite_root: Path, tmp_path: Path, capsys
         assert f"{run}: failed (diverged at round 2)" in err and "bench suite train --method standalone" in err
     assert not (tmp_path / "pinned2.json").exists()
     assert bench(root, "compare", "--pinned", str(tmp_path / "pinned.json")) == 1
-    assert "MISSING: standalone/iid/seed1 final_local_acc: pinned" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert f"MISSING: standalone/iid/seed1 (final_local_acc, last5_local_acc): {run}: failed (diverged at round 2)" \
+        in out
+    assert "standalone/iid/mean" not in out.split("\n\n")[-1]  # its mean fails too, but the seed says why
+    assert "produce the runs with `bench suite train --method standalone`" in out
 
 
 def test_pinned_values_are_the_same_from_records_or_metrics(tmp_path: Path,
@@ -213,4 +240,150 @@ def test_pinned_values_are_the_same_from_records_or_metrics(tmp_path: Path,
         records.unlink()
     capsys.readouterr()
     assert bench(tmp_path, "compare") == 0
-    assert "36 ok, 0 DRIFT, 0 MISSING, 0 not pinned" in capsys.readouterr().out
+    assert "36 ok, 0 CHANGED, 0 DRIFT, 0 MISSING, 0 not pinned" in capsys.readouterr().out
+
+
+def test_changed_config_fails_in_any_environment(suite_root: Path, tmp_path: Path,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """A method re-trained with another config fails as CHANGED even where the tolerance would let its
+    numbers pass (another environment), is counted in the summary line and names the fix; `bench pin`
+    after the deliberate change passes again."""
+    import yaml
+
+    root = tmp_path / "copy"
+    shutil.copytree(suite_root, root, ignore=shutil.ignore_patterns("data"))
+    pinned = tmp_path / "pinned.json"
+    assert bench(root, "pin", "--out", str(pinned)) == 0
+    data = json.loads(pinned.read_text())
+    data["environment"]["torch"] = "0.0.0"  # away from the pinning machine: tolerance, not exact
+    for cells in data["tolerance"], :
+        cells.update(per_seed_abs=1.0, mean_abs=1.0)  # so wide that no number can drift
+    pinned.write_text(json.dumps(data))
+    params = yaml.safe_load((root / "params.yaml").read_text())
+    params["methods"]["fedavg"] = {"config": {"training": {"optimizer": {"name": "sgd", "lr": 0.0501}}}}
+    (root / "params.yaml").write_text(yaml.safe_dump(params))
+    assert bench(root, "suite", "train", "--method", "fedavg", "--data-dir", str(suite_root / "data")) == 0
+    capsys.readouterr()
+    drift = tmp_path / "drift.md"
+    assert bench(root, "compare", "--pinned", str(pinned), "--out", str(drift)) == 1
+    out = capsys.readouterr().out
+    # fedavg: 2 settings x (2 seeds + mean) x 4 values
+    assert f"suite tiny against {pinned}: 12 ok, 24 CHANGED, 0 DRIFT, 0 MISSING, 0 not pinned" in out
+    assert "CHANGED: fedavg/iid: seeds 0, 1 trained with another config than pinned (12 values)" in out
+    assert "re-pin with `bench pin` and say why in the commit" in out
+    table = drift.read_text()
+    assert any(line.split()[:4] == ["fedavg", "iid", "0", "final_global_acc"]
+               and "CHANGED (config changed since pinned: sha256" in line for line in table.splitlines())
+    assert bench(root, "pin", "--out", str(pinned)) == 0  # the deliberate change, re-pinned
+    assert bench(root, "compare", "--pinned", str(pinned)) == 0
+
+
+def test_compare_with_out_prints_the_summary_and_what_failed(suite_root: Path, tmp_path: Path,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    pinned, drift = tmp_path / "pinned.json", tmp_path / "drift.md"
+    assert bench(suite_root, "pin", "--out", str(pinned)) == 0
+    capsys.readouterr()
+    assert bench(suite_root, "compare", "--pinned", str(pinned), "--out", str(drift)) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        f"suite tiny against {pinned}: 36 ok, 0 CHANGED, 0 DRIFT, 0 MISSING, 0 not pinned (full table: {drift})"]
+    assert len(drift.read_text().splitlines()) == 1 + 36 + 2  # header, a row per value, blank, summary
+
+    data = json.loads(pinned.read_text())
+    data["values"]["fedavg"]["iid"]["seeds"]["1"]["values"]["final_global_acc"] += 1e-9
+    pinned.write_text(json.dumps(data))
+    assert bench(suite_root, "compare", "--pinned", str(pinned), "--out", str(drift)) == 1
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].endswith(f"35 ok, 0 CHANGED, 1 DRIFT, 0 MISSING, 0 not pinned (full table: {drift})")
+    assert lines[1].startswith("  DRIFT: fedavg/iid/seed1 final_global_acc: pinned ") and "tolerance exact" in lines[1]
+    assert lines[2].startswith("DRIFT: a number left its tolerance") and len(lines) == 3
+
+
+def test_compare_before_anything_ran_names_the_command(suite_root: Path, tmp_path: Path,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    pinned = tmp_path / "pinned.json"
+    assert bench(suite_root, "pin", "--out", str(pinned)) == 0
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    shutil.copy(suite_root / "params.yaml", fresh)
+    capsys.readouterr()
+    assert bench(fresh, "compare", "--pinned", str(pinned)) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "MISSING" not in err
+    assert f"suite tiny has none of its 8 runs in {fresh}/results/tiny to compare with {pinned}; run " in err
+    assert err.rstrip().endswith("run `bench suite train` (same --params/--root/-S as this command) first")
+    (fresh / "dvc.yaml").write_text("stages: {}\n")  # a pipeline beside the params: its command first
+    assert bench(fresh, "compare", "--pinned", str(pinned)) == 2
+    err = capsys.readouterr().err
+    assert f"; run `dvc repro {os.path.relpath(fresh / 'dvc.yaml')}` (or `bench suite train" in err, err
+
+
+def test_reports_name_the_commits_of_their_runs_and_pins(suite_root: Path, tmp_path: Path) -> None:
+    from bench.report.pinned import load_pinned
+    from bench.report.provenance import provenance_markdown
+    from bench.report.runs import RunRecord
+    from bench.suites import load_suite
+
+    root = tmp_path / "copy"
+    shutil.copytree(suite_root, root, ignore=shutil.ignore_patterns("data"))
+    assert bench(root, "pin") == 0  # reports/pinned/tiny.json, which the report shows
+    assert bench(root, "suite", "report") == 0
+    summary = (root / "reports" / "tiny" / "summary.md").read_text()
+    run = json.loads((root / "results/tiny/fedavg/iid/seed0/provenance.json").read_text())
+    assert "## Provenance" in summary and f"- Runs (8): git commit `{run['git_commit']}`." in summary
+    assert f"- Pinned values (`reports/pinned/tiny.json`): from runs of git commit `{run['git_commit']}`, the " \
+           "same commit as these runs'." in summary
+    assert run["code_sha256"] in summary
+
+    suite = load_suite(root / "params.yaml")
+    pinned = load_pinned(root / "reports/pinned/tiny.json", suite)
+    assert pinned.environment["code_sha256"] == run["code_sha256"]
+    records = {("fedavg", "iid", 0): RunRecord(root, {}, {}, {"git_commit": "c1" * 20 + "-dirty", "code_sha256": "x"}),
+               ("fedprox", "iid", 0): RunRecord(root, {}, {}, {"git_commit": "c2" * 20, "code_sha256": "y"})}
+    pinned = pinned.model_copy(update={"environment": {**pinned.environment, "git_commit": "c3" * 20}})
+    text = provenance_markdown(records, ["fedavg", "fedprox"], pinned, "reports/pinned/tiny.json")
+    assert ("from 2 git commits (a method's runs are re-trained when its code or params change): "
+            f"`{'c1' * 20}-dirty`: fedavg; `{'c2' * 20}`: fedprox.") in text
+    assert f"**Not reproducible from a commit:** the runs of `{'c1' * 20}-dirty` were trained from uncommitted" in text
+    assert f"from runs of git commit `{'c3' * 20}`, **another commit than these runs'**; the compare stage" in text
+    assert "Pinned values: none" in provenance_markdown(records, ["fedavg", "fedprox"], None, None)
+
+    from bench.report.pinned import pin_warnings  # `bench pin` warns about runs of uncommitted code
+
+    data = json.loads((root / "reports/pinned/tiny.json").read_text())
+    for commit, warned in (("abc", False), ("abc-dirty", True), (["abc", "def-dirty"], True)):
+        data["environment"]["git_commit"] = commit
+        (tmp_path / "p.json").write_text(json.dumps(data))
+        assert bool(pin_warnings(tmp_path / "p.json")) == warned
+
+
+def test_curves_figure_gives_each_method_its_own_colour_and_keeps_the_legend_off_the_curves() -> None:
+    import numpy as np
+    from matplotlib.colors import to_hex
+
+    from bench.report.suite_report import PALETTE, curves_figure
+
+    methods = [f"method{i}" for i in range(23)]
+    rounds = np.arange(1, 21)
+    rng = np.random.default_rng(0)
+    curves = {(m, metric): rng.uniform(0.5, 1.0, (3, 20)) for m in methods for metric in ("global_acc", "local_acc")}
+    fig = curves_figure(rounds, curves, "test")
+    fig.canvas.draw()
+    for ax in fig.axes:
+        styles = [(to_hex(line.get_color()), line.get_linestyle()) for line in ax.get_lines()]
+        assert len(styles) == len(methods) and len(set(styles)) == len(methods)
+        assert len({colour for colour, _ in styles[:len(PALETTE)]}) == len(PALETTE)  # 21 distinct colours
+        assert styles[0][0] != styles[10][0]  # FedAvg and the 11th method (FedHKD-code) no longer share blue
+    assert [t.get_text() for t in fig.legends[0].get_texts()] == methods
+    legend = fig.legends[0].get_window_extent()
+    for ax in fig.axes:
+        assert not legend.overlaps(ax.get_window_extent()), "the legend covers a panel"
+
+
+def test_dvc_plots_template_colours_methods_as_the_figures_do() -> None:
+    from bench.report.suite_report import PALETTE
+
+    template = json.loads((Path(__file__).resolve().parents[1] / ".dvc" / "plots" / "fkd_methods.json").read_text())
+    encoding = template["spec"]["encoding"]
+    assert encoding["color"]["field"] == "method" and encoding["color"]["scale"]["range"] == list(PALETTE)
+    assert encoding["x"]["field"] == "<DVC_METRIC_X>" and encoding["y"]["field"] == "<DVC_METRIC_Y>"
+    assert template["data"]["values"] == "<DVC_METRIC_DATA>"

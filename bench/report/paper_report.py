@@ -75,8 +75,9 @@ def _measures_line(measures: dict[str, Measure], statistics: dict[str, Statistic
 
 
 def paper_markdown(suite: Suite, runs: dict[RunKey, RunRecord], summary: dict[str, dict[str, dict]],
-                   pinned: PinnedFile | None) -> str:
-    """The paper section of the report (``paper.md``)."""
+                   pinned: PinnedFile | None, provenance: str = "") -> str:
+    """The paper section of the report (``paper.md``); ``provenance``: the commits of the runs and of the
+    pinned file (provenance.py), placed before the tables."""
     paper = suite.paper
     assert paper is not None, "a paper report needs a suite with a paper"
     d = paper.definition
@@ -96,7 +97,8 @@ def paper_markdown(suite: Suite, runs: dict[RunKey, RunRecord], summary: dict[st
               f"({' / '.join(d.groups.values()) or 'in order'}) for orientation; the ranks (ours; paper per column "
               "it stands for) and the claims below are the comparison."),
              "†: secondary statistic (optimistic: it selects on the test set). ‡: a printed value the spec "
-             "doubts (low confidence)."]
+             "doubts (low confidence).",
+             *([provenance] if provenance else [])]
 
     def pinned_mean(method: str, column: ReportColumn, measure: str) -> float | None:
         cell = pinned.values.get(method, {}).get(column.setting) if pinned else None

@@ -24,6 +24,13 @@ finite (a target never reached) is not pinned.
   seeds (about sqrt(3) times less variable). A real regression (a broken method, a wrong
   aggregation) moves every seed and the mean by far more; within one environment the exact policy
   catches any change.
+- **Another config: fail, in every environment.** A run whose config hash differs from the pinned run's
+  (a params file or a default in the code changed) is ``CHANGED`` whatever its numbers, since a
+  tolerance meant for rounding noise lets a real change through elsewhere (a tenfold FedProx ``mu``
+  stayed within the default suite's tolerances). A deliberate change is re-pinned with ``bench pin``.
+
+``bench compare`` writes the whole table to ``--out`` and prints the summary line and only what failed
+(CHANGED, DRIFT, MISSING), with what to do about it.
 """
 from __future__ import annotations
 
@@ -39,7 +46,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from bench.config import describe_validation
 from bench.errors import BenchError
 from bench.fileio import write_json
-from bench.report.runs import RunKey, RunRecord, find_runs, require_runs, run_values
+from bench.report.runs import RunKey, RunRecord, find_runs, repro_command, require_runs, run_values
 from bench.suites import Suite
 from bench.suites.statistics import Statistic, mean_std
 
@@ -47,7 +54,8 @@ FingerprintField = Literal["machine", "cpu_capability", "torch", "uv_lock_sha256
 FORMAT = "fkd-bench-pinned"
 FORMAT_VERSION = 1
 FINGERPRINT = ("machine", "cpu_capability", "torch", "uv_lock_sha256", "python_minor")
-ENVIRONMENT = ("platform", "machine", "cpu_capability", "python", "torch", "uv_lock_sha256", "git_commit")
+ENVIRONMENT = ("platform", "machine", "cpu_capability", "python", "torch", "uv_lock_sha256", "git_commit",
+               "code_sha256")
 PER_SEED_ABS = 0.07
 MEAN_ABS = 0.04
 
@@ -143,6 +151,15 @@ def pin(suite: Suite, path: Path, per_seed_abs: float | None = None, mean_abs: f
     return write_json(path, pinned.model_dump(mode="json"))
 
 
+def pin_warnings(path: Path) -> list[str]:
+    """What a freshly written pinned file should not have: runs trained from uncommitted code."""
+    commits = json.loads(Path(path).read_text())["environment"].get("git_commit", [])
+    dirty = [c for c in ([commits] if isinstance(commits, str) else commits) if c.endswith("-dirty")]
+    return [f"the runs were trained from uncommitted changes to bench/ ({', '.join(dirty)}): no commit reproduces "
+            "the pinned numbers, only the pinned code_sha256 identifies their code; to pin a commit, commit the "
+            "code, re-train (`dvc repro -f`) and pin again"] if dirty else []
+
+
 def load_pinned(path: Path, suite: Suite) -> PinnedFile:
     """The pinned file of this suite; one clear :class:`BenchError` (with the fix) for any problem."""
     fix = f"re-create it with `bench pin` (after `bench suite train`), or restore it with `git checkout -- {path}`"
@@ -171,9 +188,16 @@ def load_pinned(path: Path, suite: Suite) -> PinnedFile:
     return pinned
 
 
+OK, CHANGED, DRIFT, MISSING, NOT_PINNED = "ok", "CHANGED", "DRIFT", "MISSING", "not pinned"
+STATUSES = (OK, CHANGED, DRIFT, MISSING, NOT_PINNED)  # the order of the summary line
+FAILING = (CHANGED, DRIFT, MISSING)
+SHORT_LIMIT = 30  # lines of findings `Comparison.summary` prints before pointing to the full table
+
+
 @dataclass(frozen=True)
 class Row:
-    """One compared value; ``seed`` None is the mean over the pinned seeds."""
+    """One compared value; ``seed`` None is the mean over the pinned seeds. ``changed``: the run was
+    trained with another config than the pinned run (for the mean: some seed's run was)."""
     method: str
     setting: str
     seed: int | None
@@ -182,33 +206,54 @@ class Row:
     now: float | None
     tolerance: float  # 0.0: exact (same environment)
     note: str = ""
+    changed: bool = False
 
     @property
     def status(self) -> str:
         if self.pinned is None:
-            return "not pinned"
+            return NOT_PINNED
         if self.now is None:
-            return "MISSING"
+            return MISSING
+        if self.changed:  # another config: whatever its numbers, they are not the pinned run's
+            return CHANGED
         if self.tolerance == 0.0:
-            return "ok" if self.now == self.pinned else "DRIFT"
-        return "ok" if abs(self.now - self.pinned) <= self.tolerance else "DRIFT"
+            return OK if self.now == self.pinned else DRIFT
+        return OK if abs(self.now - self.pinned) <= self.tolerance else DRIFT
 
     @property
     def failed(self) -> bool:
-        return self.status in ("MISSING", "DRIFT")
+        return self.status in FAILING
+
+    @property
+    def run(self) -> str:
+        return f"{self.method}/{self.setting}/{'mean' if self.seed is None else f'seed{self.seed}'}"
 
     @property
     def name(self) -> str:
-        return f"{self.method}/{self.setting}/{'mean' if self.seed is None else f'seed{self.seed}'} {self.key}"
+        return f"{self.run} {self.key}"
 
 
 def _compare_values(method: str, setting: str, seed: int | None, pinned: dict[str, float],
-                    now: dict[str, float] | None, tolerance: float, note: str) -> list[Row]:
+                    now: dict[str, float] | None, tolerance: float, note: str, changed: bool = False) -> list[Row]:
     """Rows for every pinned key, then every current key not pinned; ``note`` explains them."""
     now = now or {}
     keys = [*pinned, *(k for k in now if k not in pinned)]
     return [Row(method, setting, seed, k, pinned.get(k), now.get(k), tolerance,
-                "no longer reported" if note == "" and k not in now else note) for k in keys]
+                "no longer reported" if note == "" and k not in now else note, changed) for k in keys]
+
+
+def _full(v: float | None) -> str:
+    return "—" if v is None else repr(v)
+
+
+def _tolerance(r: Row) -> str:
+    if r.pinned is None or r.now is None:
+        return "—"
+    return "exact" if r.tolerance == 0.0 else f"±{r.tolerance:g}"
+
+
+def _values(rows: list[Row]) -> str:
+    return ", ".join(r.key for r in rows) if len(rows) <= 2 else f"{len(rows)} values"
 
 
 @dataclass(frozen=True)
@@ -216,18 +261,79 @@ class Comparison:
     path: Path
     pinned: PinnedFile
     rows: list[Row]
+    produce: str | None = None  # the command producing the suite's missing runs
+    removed: tuple[str, ...] = ()  # pinned method/setting pairs the suite no longer has
 
     @property
     def failures(self) -> list[Row]:
         return [r for r in self.rows if r.failed]
 
+    @property
+    def counts(self) -> dict[str, int]:
+        return {s: sum(r.status == s for r in self.rows) for s in STATUSES}
+
+    def summary_line(self) -> str:
+        return (f"suite {self.pinned.suite} against {self.path}: "
+                + ", ".join(f"{n} {s}" for s, n in self.counts.items()))
+
+    def findings(self) -> list[str]:
+        """What failed, in table order: one line per (method, setting) whose config changed, per drifted
+        value and per missing run (with why); then what is not pinned, per method."""
+        changed: dict[tuple[str, str], list[Row]] = {}
+        missing: dict[tuple[str, str, int | None, str], list[Row]] = {}
+        not_pinned: dict[str, int] = {}
+        drift: list[Row] = []
+        for r in self.rows:
+            status = r.status
+            if status == CHANGED:
+                changed.setdefault((r.method, r.setting), []).append(r)
+            elif status == DRIFT:
+                drift.append(r)
+            elif status == MISSING:
+                missing.setdefault((r.method, r.setting, r.seed, r.note), []).append(r)
+            elif status == NOT_PINNED:
+                not_pinned[r.method] = not_pinned.get(r.method, 0) + 1
+        lines = []
+        for (method, setting), rows in changed.items():
+            seeds = sorted({r.seed for r in rows if r.seed is not None})
+            which = (f"seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))}" if seeds
+                     else "the mean over seeds")
+            lines.append(f"  CHANGED: {method}/{setting}: {which} trained with another config than pinned "
+                         f"({len(rows)} values)")
+        lines += [f"  DRIFT: {r.name}: pinned {_full(r.pinned)}, now {_full(r.now)}, tolerance {_tolerance(r)}"
+                  + (f" ({r.note})" if r.note else "") for r in drift]
+        runs_missing = {(m, s) for m, s, seed, _ in missing if seed is not None}
+        lines += [f"  MISSING: {rows[0].run} ({_values(rows)}): {note}" for (m, s, seed, note), rows in missing.items()
+                  if seed is not None or (m, s) not in runs_missing]
+        lines += [f"  not pinned: {method} ({n} values, new since the pin: `bench pin` adds them)"
+                  for method, n in not_pinned.items()]
+        return lines
+
+    def advice(self) -> list[str]:
+        """What to do about each kind of failure present."""
+        counts, out = self.counts, []
+        commit = self.pinned.environment.get("git_commit", "unknown")
+        commit = ", ".join(commit) if isinstance(commit, list) else commit
+        if counts[CHANGED]:
+            out.append("CHANGED: these runs were trained with another config than the pinned runs (a params file or "
+                       "a default in the code changed), so their numbers are not comparable with the pinned ones. "
+                       "If the change is deliberate, re-pin with `bench pin` and say why in the commit; otherwise "
+                       "undo it.")
+        if counts[DRIFT]:
+            out.append("DRIFT: a number left its tolerance. If the change is meant to move the numbers, re-pin with "
+                       f"`bench pin` and say why in the commit; otherwise find the change since the pinned commit "
+                       f"({commit}).")
+        if counts[MISSING]:
+            out.append("MISSING: " + "; ".join(
+                ([f"produce the runs with {self.produce}"] if self.produce else [])
+                + ([f"the suite no longer has {', '.join(self.removed)}: if removed deliberately, re-pin with "
+                    "`bench pin`"] if self.removed else [])) + ".")
+        return out
+
     def format(self) -> str:
-        """The drift table, then a summary naming each value outside its tolerance."""
+        """The drift table, then the summary line, every finding and what to do."""
         def num(v: float | None) -> str:
             return "—" if v is None else f"{v:.6f}"
-
-        def full(v: float | None) -> str:
-            return "—" if v is None else repr(v)
 
         def diff(r: Row) -> str:
             if r.pinned is None or r.now is None:
@@ -235,32 +341,36 @@ class Comparison:
             d = r.now - r.pinned
             return "0" if d == 0 else f"{d:+.2e}" if abs(d) < 1e-4 else f"{d:+.6f}"
 
-        def tolerance(r: Row) -> str:
-            if r.pinned is None or r.now is None:
-                return "—"
-            return "exact" if r.tolerance == 0.0 else f"±{r.tolerance:g}"
-
         header = ("method", "setting", "seed", "value", "pinned", "now", "diff", "tolerance", "status")
         table = [header] + [(r.method, r.setting, "mean" if r.seed is None else str(r.seed), r.key, num(r.pinned),
-                             num(r.now), diff(r), tolerance(r),
+                             num(r.now), diff(r), _tolerance(r),
                              r.status + (f" ({r.note})" if r.note else "")) for r in self.rows]
         widths = [max(len(row[i]) for row in table) for i in range(len(header) - 1)]
         lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths)) + "  " + row[-1] for row in table]
-        counts = {s: sum(r.status == s for r in self.rows) for s in ("ok", "DRIFT", "MISSING", "not pinned")}
-        lines.append(f"\nsuite {self.pinned.suite} against {self.path}: "
-                     + ", ".join(f"{n} {s}" for s, n in counts.items()))
-        lines += [f"  {r.status}: {r.name}: pinned {full(r.pinned)}, now {full(r.now)}, tolerance {tolerance(r)}"
-                  + (f" ({r.note})" if r.note else "") for r in self.failures]
-        return "\n".join(lines)
+        return "\n".join([*lines, "", self.summary_line(), *self.findings(), *self.advice()])
+
+    def summary(self, table: Path | str | None = None, limit: int = SHORT_LIMIT) -> str:
+        """The summary line and what failed, without the table (for a log); ``table``: where the full one is."""
+        findings = self.findings()
+        where = f" (full table: {table})" if table else ""
+        if len(findings) > limit:
+            more = f"  ... and {len(findings) - limit} more" + (f" in {table}" if table else "")
+            findings = [*findings[:limit], more]
+        return "\n".join([self.summary_line() + where, *findings, *self.advice()])
 
 
 def compare(suite: Suite, path: Path) -> Comparison:
     """Every pinned value against the suite's current runs, and every current value not pinned.
 
-    Exact where a run's environment fingerprint equals the pinned one, else the pinned tolerance;
-    a pinned value whose run is missing, failed or stale fails; a value not pinned does not."""
+    Exact where a run's environment fingerprint equals the pinned one, else the pinned tolerance; a run
+    trained with another config than the pinned run is CHANGED; a pinned value whose run is missing,
+    failed or stale is MISSING; all three fail. A value not pinned does not. A suite none of whose
+    runs exist is an error naming the command that produces them."""
     pinned = load_pinned(path, suite)
     found, problems = find_runs(suite)
+    if not found:
+        raise BenchError(f"suite {suite.name} has none of its {len(problems)} runs in {suite.results_dir()} to "
+                         f"compare with {path}; run {repro_command(suite)} first")
     tol = pinned.tolerance
     environment = {k: v for k, v in pinned.environment.items() if isinstance(v, str)}
     pinned_print = fingerprint(environment, tol.fingerprint)
@@ -282,25 +392,38 @@ def compare(suite: Suite, path: Path) -> Comparison:
                                            *(k for e in (cell.seeds.values() if cell else ()) for k in e.values)]))
         records: dict[int, RunRecord] = {}
         now: dict[int, dict[str, float]] = {}
+        changed_seeds: set[int] = set()
         for seed in seeds:
             key: RunKey = (method, setting, seed)
             entry = cell.seeds.get(seed) if cell else None
             record = found.get(key)
+            changed = False
             if record is None:
                 note = problems.get(key, "not in the suite's params")
             else:
                 records[seed] = record
                 now[seed] = seed_values(suite, found, key, pinned_names)
-                changed = entry is not None and entry.config_sha256 != record.metrics["config_sha256"]
-                note = "config changed since pinned" if changed else ""
+                current = record.metrics["config_sha256"]
+                changed = entry is not None and entry.config_sha256 != current
+                note = (f"config changed since pinned: sha256 {entry.config_sha256[:12]}, now {current[:12]}"
+                        if changed and entry is not None else "")
+            if changed:
+                changed_seeds.add(seed)
             exact = record is not None and fingerprint(record.provenance, tol.fingerprint) == pinned_print
             rows += _compare_values(method, setting, seed, entry.values if entry else {}, now.get(seed),
-                                    0.0 if exact else tol.per_seed_abs, note)
+                                    0.0 if exact else tol.per_seed_abs, note, changed)
         mean_seeds = sorted(cell.seeds) if cell else seeds
         complete = all(s in records for s in mean_seeds)
         now_mean = seed_means([now[s] for s in mean_seeds]) if complete and mean_seeds else None
         exact = complete and all(fingerprint(records[s].provenance, tol.fingerprint) == pinned_print
                                  for s in mean_seeds)
+        changed_mean = bool(changed_seeds & set(mean_seeds))
+        note = ("a seed's run is missing" if not complete
+                else "a seed's config changed since pinned" if changed_mean else "")
         rows += _compare_values(method, setting, None, cell.mean if cell else {}, now_mean,
-                                0.0 if exact else tol.mean_abs, "" if complete else "a seed's run is missing")
-    return Comparison(Path(path), pinned, rows)
+                                0.0 if exact else tol.mean_abs, note, changed_mean)
+    failed = [r for r in rows if r.status == MISSING]
+    produce = {r.method for r in failed if r.method in methods and r.setting in settings}
+    removed = tuple(dict.fromkeys(f"{r.method}/{r.setting}" for r in failed
+                                  if r.method not in methods or r.setting not in settings))
+    return Comparison(Path(path), pinned, rows, repro_command(suite, produce) if produce else None, removed)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import os
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from functools import cached_property
@@ -98,6 +99,22 @@ def train_command(suite: Suite, methods: set[str]) -> str:
     ordered = suite.train_order(sorted(methods, key=list(suite.params.methods).index))
     return (f"`bench suite train {' '.join(f'--method {m}' for m in ordered)}` "
             "(same --params/--root/-S as this command)")
+
+
+def repro_command(suite: Suite, methods: set[str] | None = None) -> str:
+    """The command producing the suite's runs (of ``methods``, default all): ``dvc repro`` of the
+    dvc.yaml beside its params file when the runs live there too, then `bench suite train`."""
+    every = methods is None or set(methods) >= set(suite.params.methods)
+    train = ("`bench suite train` (same --params/--root/-S as this command)" if every
+             else train_command(suite, set(methods or ())))
+    if suite.params_file is None:
+        return train
+    folder = Path(suite.params_file).parent
+    if not (folder / "dvc.yaml").exists() or folder.resolve() != suite.root.resolve():
+        return train
+    target = os.path.relpath(folder / "dvc.yaml")
+    target = str((folder / "dvc.yaml").resolve()) if target.startswith("..") else target
+    return f"`dvc repro{'' if target == 'dvc.yaml' else ' ' + target}` (or {train})"
 
 
 def missing_runs_message(suite: Suite, problems: dict[RunKey, str]) -> str:

@@ -7,12 +7,20 @@ Writes to ``reports/<suite>/``:
   over rounds (the statistics ``final_``, ``last5_``, ``max_<metric>`` of bench/suites/statistics.py,
   computed from the runs' records), each as mean ± sample std over seeds; and the mean wall time per round
   (``train_time_s / rounds``) as a ratio to FedAvg.
-- ``metrics.json``: ``{method: {setting: {final_global_acc_mean: ..., ...}}}`` for ``dvc metrics show``.
-- ``plots/curves_<setting>.csv``: ``round`` and one column per method and metric (``fedavg_global_acc``),
-  the mean over seeds (empty where not evaluated), for ``dvc plots show`` (dvc.yaml declares the folder).
-- ``figures/curves_<setting>.png``: mean over seeds with a min-max band, global and local accuracy panels.
+- ``metrics/<setting>/<method>.json``: what a person reads in ``dvc metrics show`` (one row per method and
+  setting): the mean over seeds of the final and last-5 global and local accuracy (``final_global_acc``,
+  ...). Everything else (spreads, best round, time) is in ``summary.csv``.
+- ``plots/curves_<setting>.csv``: the learning curves in long form (mean over seeds; rounds not
+  evaluated left out), ``round,setting,method,metric,accuracy,method_index``, for ``dvc plots show``:
+  dvc.yaml declares ``x: round``, ``y: accuracy`` and the template ``.dvc/plots/fkd_methods.json``,
+  which draws one line per method (coloured as in the figures) and one panel per metric.
+- ``figures/curves_<setting>.png``: mean over seeds with a min-max band, global and local accuracy panels;
+  each method has its own colour (and line style), the legend is outside the axes.
 - ``figures/partition_<setting>.png``: each setting's partition figure.
 - ``paper.md`` (a suite with a paper): the paper's tables, sections and claims (paper_report.py).
+
+``summary.md`` and ``paper.md`` name the git commit(s) and code hash of their runs and the commit of the
+pinned file they show, and say so where those differ or the runs came from uncommitted code (provenance.py).
 """
 from __future__ import annotations
 
@@ -24,7 +32,8 @@ import numpy as np
 
 from bench.fileio import atomic_write, write_json, write_text
 from bench.report.paper_report import markdown_table, paper_markdown
-from bench.report.pinned import default_pinned_path, load_pinned
+from bench.report.pinned import PinnedFile, default_pinned_path, load_pinned
+from bench.report.provenance import pinned_display_name, provenance_markdown
 from bench.report.runs import ACC_METRICS, RunRecord, require_runs
 from bench.suites import Suite
 from bench.suites.statistics import Statistic, mean_std
@@ -34,6 +43,14 @@ LABELS = {"final": "final", "last5": "last-5", "best": "best†"}
 METRIC_TITLES = {"global_acc": "Global accuracy (global model, global test set)",
                  "local_acc": "Local accuracy (each client's model on its local test split, averaged)"}
 REFERENCE = "fedavg"  # per-round times are reported as ratios to this algorithm
+METRICS = ("final_global_acc", "last5_global_acc", "final_local_acc", "last5_local_acc")  # metrics/*.json
+# One colour per method, in suite order: tab10, black, then tab20's light shades (21 colours); methods
+# past the first 10 are also dashed, so no two share colour and line style. .dvc/plots/fkd_methods.json
+# (dvc plots show) uses the same colours in the same order.
+PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22",
+           "#17becf", "#000000", "#aec7e8", "#ffbb78", "#98df8a", "#ff9896", "#c5b0d5", "#c49c94", "#f7b6d2",
+           "#c7c7c7", "#dbdb8d", "#9edae5")
+LINESTYLES = ("-", "--", ":", "-.")
 
 
 def cell_stats(records: list[RunRecord]) -> dict[str, float | int]:
@@ -78,16 +95,14 @@ def _pct(cell: dict, key: str) -> str:
 
 
 def summary_markdown(suite: Suite, table: dict, runs: dict[tuple[str, str, int], RunRecord],
-                     images: list[str]) -> str:
+                     images: list[str], provenance: str = "") -> str:
     p = suite.params
     records = list(runs.values())
     rounds = sorted({r.metrics["rounds"] for r in records})
-    prov = {k: sorted({str(r.provenance.get(k, "unknown")) for r in records})
-            for k in ("git_commit", "torch", "machine", "python")}
     parts = [f"# Suite `{suite.name}`",
              f"{len(p.methods)} methods × {len(p.settings)} settings × {len(p.suite.seeds)} seeds "
-             f"({', '.join(map(str, p.suite.seeds))}), {', '.join(map(str, rounds))} rounds. "
-             + "; ".join(f"{k}: {', '.join(v)}" for k, v in prov.items()) + ".",
+             f"({', '.join(map(str, p.suite.seeds))}), {', '.join(map(str, rounds))} rounds.",
+             *([provenance] if provenance else []),
              ("Accuracy in %, mean ± sample std over seeds. **final**: the last round; **last-5**: the mean "
               "of the last 5 rounds; **best†**: the best round (secondary: optimistic, it selects on the "
               "test set). — : the method has no such model.")]
@@ -123,6 +138,13 @@ def summary_csv(table: dict) -> str:
     return buf.getvalue()
 
 
+def metrics_files(table: dict[str, dict[str, dict]]) -> dict[str, dict[str, float]]:
+    """``{"<setting>/<method>.json": {final_global_acc: mean, ...}}``: the files ``dvc metrics show`` reads
+    (a row each), with the mean over seeds of each of :data:`METRICS` the method has."""
+    return {f"{setting}/{method}.json": {k: cell[f"{k}_mean"] for k in METRICS if f"{k}_mean" in cell}
+            for method, cells in table.items() for setting, cell in cells.items()}
+
+
 def setting_curves(suite: Suite, runs: dict[tuple[str, str, int], RunRecord],
                    setting: str) -> tuple[np.ndarray, dict[tuple[str, str], np.ndarray]]:
     """Rounds and, per (method, metric), a (seeds x rounds) array (NaN where not evaluated)."""
@@ -138,36 +160,57 @@ def setting_curves(suite: Suite, runs: dict[tuple[str, str, int], RunRecord],
     return rounds, out
 
 
-def curves_csv(rounds: np.ndarray, curves: dict[tuple[str, str], np.ndarray]) -> str:
-    columns = {f"{method}_{metric}": values.mean(axis=0) for (method, metric), values in curves.items()}
+def curves_csv(setting: str, rounds: np.ndarray, curves: dict[tuple[str, str], np.ndarray]) -> str:
+    """``round,setting,method,metric,accuracy,method_index``: the mean over seeds, one row per evaluated
+    round, method and metric (long form: ``dvc plots show`` draws one line per method without naming the
+    methods in dvc.yaml); ``method_index``, the method's place in the suite, gives it its figure colour."""
+    index = {m: i for i, m in enumerate(dict.fromkeys(method for method, _ in curves))}
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
-    writer.writerow(["round", *columns])
-    for i, r in enumerate(rounds):
-        writer.writerow([int(r), *("" if np.isnan(v[i]) else repr(float(v[i])) for v in columns.values())])
+    writer.writerow(["round", "setting", "method", "metric", "accuracy", "method_index"])
+    for (method, metric), values in curves.items():
+        mean = values.mean(axis=0)
+        writer.writerows([int(r), setting, method, metric, repr(float(v)), index[method]]
+                         for r, v in zip(rounds, mean) if not np.isnan(v))
     return buf.getvalue()
 
 
-def plot_curves(rounds: np.ndarray, curves: dict[tuple[str, str], np.ndarray], title: str, path: Path) -> None:
-    """One panel per accuracy metric: mean over seeds (line) and min-max over seeds (band)."""
+def method_style(index: int) -> tuple[str, str]:
+    """The colour and line style of the suite's ``index``-th method: no two of the first 42 methods share both."""
+    return PALETTE[index % len(PALETTE)], LINESTYLES[(index // 10) % len(LINESTYLES)]
+
+
+def curves_figure(rounds: np.ndarray, curves: dict[tuple[str, str], np.ndarray], title: str):  # -> Figure
+    """One panel per accuracy metric: mean over seeds (line) and min-max over seeds (band); one legend
+    for all panels, outside them."""
     from matplotlib.figure import Figure  # no pyplot: no global state, Agg canvas
+    from matplotlib.ticker import MaxNLocator
 
     methods = list(dict.fromkeys(method for method, _ in curves))
     metrics = [m for m in ACC_METRICS if any(k[1] == m for k in curves)]
-    fig = Figure(figsize=(5 * len(metrics), 3.8), layout="constrained")
+    fig = Figure(figsize=(5 * len(metrics) + 1.8, 4.0), layout="constrained")
     axes = fig.subplots(1, len(metrics), squeeze=False)[0]
+    handles = {}
     for ax, metric in zip(axes, metrics):
         for i, method in enumerate(methods):
             if (values := curves.get((method, metric))) is None:
                 continue
+            colour, style = method_style(i)  # the same in every panel and every setting's figure
             evaluated = ~np.isnan(values).any(axis=0)
             x, v = rounds[evaluated], values[:, evaluated]
-            ax.plot(x, v.mean(axis=0), color=f"C{i}", label=method)  # one colour per method in every panel
-            ax.fill_between(x, v.min(axis=0), v.max(axis=0), color=f"C{i}", alpha=0.2, linewidth=0)
+            handles[method], = ax.plot(x, v.mean(axis=0), color=colour, linestyle=style, label=method)
+            ax.fill_between(x, v.min(axis=0), v.max(axis=0), color=colour, alpha=0.12, linewidth=0)
         ax.set(xlabel="round", ylabel="accuracy", title=metric.replace("_acc", " accuracy"))
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.grid(alpha=0.3)
-        ax.legend(fontsize="small")
+    fig.legend([handles[m] for m in methods if m in handles], [m for m in methods if m in handles],
+               loc="outside right upper", fontsize="small", title="method")
     fig.suptitle(f"{title} (line: mean over seeds; band: min-max over seeds)", fontsize="medium")
+    return fig
+
+
+def plot_curves(rounds: np.ndarray, curves: dict[tuple[str, str], np.ndarray], title: str, path: Path) -> None:
+    fig = curves_figure(rounds, curves, title)
     atomic_write(path, lambda handle: fig.savefig(handle, format="png", dpi=110))
 
 
@@ -188,17 +231,33 @@ def write_report(suite: Suite, out: Path | None = None) -> list[Path]:
     out = Path(out) if out is not None else suite.root / "reports" / suite.name
     runs = require_runs(suite)
     table = summarize(suite, runs)
-    written = [write_json(out / "metrics.json", table), write_text(out / "summary.csv", summary_csv(table))]
+    pinned_path = default_pinned_path(suite.params_file, suite.name) if suite.params_file else None
+    pinned: PinnedFile | None = load_pinned(pinned_path, suite) if pinned_path and pinned_path.exists() else None
+    provenance = provenance_markdown(runs, suite.methods, pinned, pinned_path and pinned_display_name(
+        pinned_path, Path(suite.params_file).parent if suite.params_file else None))
+    written = [write_text(out / "summary.csv", summary_csv(table))]
+    written += [write_json(out / "metrics" / name, values) for name, values in metrics_files(table).items()]
     for setting in suite.params.settings:
         rounds, curves = setting_curves(suite, runs, setting)
-        written.append(write_text(out / "plots" / f"curves_{setting}.csv", curves_csv(rounds, curves)))
+        written.append(write_text(out / "plots" / f"curves_{setting}.csv", curves_csv(setting, rounds, curves)))
         plot_curves(rounds, curves, f"{suite.name}: {setting}", out / "figures" / f"curves_{setting}.png")
         written.append(out / "figures" / f"curves_{setting}.png")
     written += partition_figures(suite, out / "figures")
+    _remove_stale(out, written)
     images = [str(p.relative_to(out)) for p in written if p.suffix == ".png"]
-    written.append(write_text(out / "summary.md", summary_markdown(suite, table, runs, images)))
+    written.append(write_text(out / "summary.md", summary_markdown(suite, table, runs, images, provenance)))
     if suite.paper is not None:
-        pinned_path = default_pinned_path(suite.params_file, suite.name) if suite.params_file else None
-        pinned = load_pinned(pinned_path, suite) if pinned_path and pinned_path.exists() else None
-        written.append(write_text(out / "paper.md", paper_markdown(suite, runs, table, pinned)))
+        written.append(write_text(out / "paper.md", paper_markdown(suite, runs, table, pinned, provenance)))
     return written
+
+
+def _remove_stale(out: Path, written: list[Path]) -> None:
+    """Remove what an earlier report left in ``out`` that this one does not write: metrics, plot and figure
+    files of methods or settings the suite no longer has, and the one-file ``metrics.json`` of earlier
+    versions (``dvc repro`` deletes a stage's outputs first; ``bench suite report`` by hand does not)."""
+    keep = {p.resolve() for p in written}
+    stale = [*(out / "metrics").rglob("*.json"), *(out / "plots").glob("*.csv"), out / "metrics.json",
+             *(out / "figures").glob("curves_*.png"), *(out / "figures").glob("partition_*.png")]
+    for path in stale:
+        if path.is_file() and path.resolve() not in keep:
+            path.unlink()
