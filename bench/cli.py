@@ -43,20 +43,22 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _data_prepare(args: argparse.Namespace) -> int:
-    from bench.data import prepare_dataset
+    from bench.data import describe_source, prepare_dataset, prepared_source
 
     folder = prepare_dataset(args.name, args.data_dir, force=args.force)
-    print(f"prepared {args.name} in {folder}")
+    print(f"prepared {args.name} in {folder}: {describe_source(prepared_source(args.name, args.data_dir) or {})}")
     return 0
 
 
 def _data_list(args: argparse.Namespace) -> int:
-    from bench.data import dataset_names, get_dataset_spec
+    from bench.data import dataset_names, describe_source, get_dataset_spec, prepared_source
 
     for name in dataset_names():
         spec = get_dataset_spec(name)
         print(f"{name:16s} {spec.num_classes:4d} classes  {spec.num_train:7d} train  {spec.num_test:6d} test  "
               f"{spec.description}")
+        if (source := prepared_source(name, args.data_dir)) is not None:
+            print(f"{'':16s} prepared: {describe_source(source)}")
     return 0
 
 
@@ -234,7 +236,10 @@ def build_parser() -> argparse.ArgumentParser:
     prep.add_argument("--data-dir", **data_dir)
     prep.add_argument("--force", action="store_true", help="prepare again even if a valid cache exists")
     prep.set_defaults(func=_data_prepare)
-    data.add_parser("list", help="list the registered datasets").set_defaults(func=_data_list)
+    listing = data.add_parser("list", help="list the registered datasets; under each one prepared in --data-dir, "
+                              "where its raw files came from and how they were checked")
+    listing.add_argument("--data-dir", **data_dir)
+    listing.set_defaults(func=_data_list)
 
     part = sub.add_parser("partition", help="build a partition artifact from a config's dataset and partition",
                           description="Write train_indices.npy, local_test_indices.npy and partition.json "
