@@ -82,9 +82,12 @@ def _partition(args: argparse.Namespace) -> int:
 
 
 def _models(args: argparse.Namespace) -> int:
-    from bench.models.inventory import format_models_table
+    from bench.models.inventory import format_models_table, format_paper_configs_table
 
     print(format_models_table())
+    print("\nThe papers' configurations (parameters: the whole model built as configured; paper/spec prints: "
+          "the count printed, exact or rounded, of the model or the named part)")
+    print(format_paper_configs_table())
     return 0
 
 
@@ -295,8 +298,8 @@ def build_parser() -> argparse.ArgumentParser:
     sync.add_argument("folders", nargs="+", type=Path, metavar="FOLDER")
     sync.set_defaults(func=_mlflow_sync)
 
-    sub.add_parser("models", help="list models: parameters, FLOPs per image, feature dimension"
-                   ).set_defaults(func=_models)
+    sub.add_parser("models", help="list models (parameters, FLOPs per image, feature dimension) and the papers' "
+                   "(model, dataset) configurations with their exact parameter counts").set_defaults(func=_models)
     sub.add_parser("algorithms", help="list the registered algorithms").set_defaults(func=_algorithms)
     return parser
 
