@@ -43,7 +43,7 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _data_prepare(args: argparse.Namespace) -> int:
-    from bench.data import prepare_dataset, prepared_dir
+    from bench.data import describe_source, prepare_dataset, prepared_dir, prepared_source
     from bench.errors import DataUnavailable
 
     try:
@@ -57,17 +57,19 @@ def _data_prepare(args: argparse.Namespace) -> int:
               f"{folder / 'UNAVAILABLE.txt'}); add them and run `bench data prepare {args.name}`")
         return 0
     (folder / "UNAVAILABLE.txt").unlink(missing_ok=True)
-    print(f"prepared {args.name} in {folder}")
+    print(f"prepared {args.name} in {folder}: {describe_source(prepared_source(args.name, args.data_dir) or {})}")
     return 0
 
 
 def _data_list(args: argparse.Namespace) -> int:
-    from bench.data import dataset_names, get_dataset_spec
+    from bench.data import dataset_names, describe_source, get_dataset_spec, prepared_source
 
     for name in dataset_names():
         spec = get_dataset_spec(name)
         print(f"{name:16s} {spec.num_classes:4d} classes  {spec.num_train:7d} train  {spec.num_test:6d} test  "
               f"{spec.description}")
+        if (source := prepared_source(name, args.data_dir)) is not None:
+            print(f"{'':16s} prepared: {describe_source(source)}")
     return 0
 
 
@@ -91,9 +93,12 @@ def _partition(args: argparse.Namespace) -> int:
 
 
 def _models(args: argparse.Namespace) -> int:
-    from bench.models.inventory import format_models_table
+    from bench.models.inventory import format_models_table, format_paper_configs_table
 
     print(format_models_table())
+    print("\nThe papers' configurations (parameters: the whole model built as configured; paper/spec prints: "
+          "the count printed, exact or rounded, of the model or the named part)")
+    print(format_paper_configs_table())
     return 0
 
 
@@ -249,7 +254,10 @@ def build_parser() -> argparse.ArgumentParser:
                       help="raw files absent and not downloadable (offline): say so, record why in "
                            "prepared/NAME/UNAVAILABLE.txt and exit 0 instead of failing")
     prep.set_defaults(func=_data_prepare)
-    data.add_parser("list", help="list the registered datasets").set_defaults(func=_data_list)
+    listing = data.add_parser("list", help="list the registered datasets; under each one prepared in --data-dir, "
+                              "where its raw files came from and how they were checked")
+    listing.add_argument("--data-dir", **data_dir)
+    listing.set_defaults(func=_data_list)
 
     part = sub.add_parser("partition", help="build a partition artifact from a config's dataset and partition",
                           description="Write train_indices.npy, local_test_indices.npy and partition.json "
@@ -306,8 +314,8 @@ def build_parser() -> argparse.ArgumentParser:
     sync.add_argument("folders", nargs="+", type=Path, metavar="FOLDER")
     sync.set_defaults(func=_mlflow_sync)
 
-    sub.add_parser("models", help="list models: parameters, FLOPs per image, feature dimension"
-                   ).set_defaults(func=_models)
+    sub.add_parser("models", help="list models (parameters, FLOPs per image, feature dimension) and the papers' "
+                   "(model, dataset) configurations with their exact parameter counts").set_defaults(func=_models)
     sub.add_parser("algorithms", help="list the registered algorithms").set_defaults(func=_algorithms)
     return parser
 

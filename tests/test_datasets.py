@@ -3,7 +3,9 @@ their checksums registered for the test; plus the missing, mismatched and trunca
 No test touches the network: BENCH_OFFLINE=1 and the downloader is replaced."""
 from __future__ import annotations
 
+import dataclasses
 import gzip
+import hashlib
 import io
 import json
 import pickle
@@ -16,7 +18,8 @@ import pytest
 import scipy.io
 from PIL import Image
 
-from bench.data import download, get_dataset_spec, load_dataset, prepare_dataset
+from bench.data import PreparedDataset, describe_source, download, get_dataset_spec, load_dataset, prepare_dataset
+from bench.data import registry
 from bench.data.download import RemoteFile, md5_file
 from bench.errors import BenchError
 
@@ -84,26 +87,46 @@ def make_emnist(root: Path, split: str, classes: int) -> tuple[list[Path], dict]
     return [path], expected
 
 
+def py2_pickle(obj: dict, keys: set[str]) -> bytes:
+    """``obj`` pickled as Python 2 pickled CIFAR: the dict keys in ``keys`` as byte strings (SHORT_BINSTRING),
+    which ``encoding="bytes"`` loads as bytes and ``encoding="latin1"`` (torchvision) as str."""
+    import pickletools
+    import struct
+    blob = pickle.dumps(obj, protocol=2)
+    out, last = [], 0
+    for op, arg, pos in pickletools.genops(blob):
+        if op.name == "BINUNICODE" and arg in keys:
+            out += [blob[last:pos], b"U" + bytes([len(arg)]) + arg.encode("latin1")]
+            last = pos + 1 + 4 + len(arg.encode("utf-8"))
+            assert blob[pos + 1:pos + 5] == struct.pack("<I", len(arg.encode("utf-8")))
+    return b"".join(out) + blob[last:]
+
+
 def make_cifar(root: Path, name: str) -> tuple[list[Path], dict]:
     out = root / "raw" / name
     out.mkdir(parents=True)
-    classes, inner, key = (10, "cifar-10-batches-py", b"labels") if name == "cifar10" else \
-        (100, "cifar-100-python", b"fine_labels")
+    classes, inner, key, meta = (10, "cifar-10-batches-py", "labels", ("batches.meta", "label_names")) \
+        if name == "cifar10" else (100, "cifar-100-python", "fine_labels", ("meta", "fine_label_names"))
     members = {"train": [f"data_batch_{i}" for i in range(1, 6)] if name == "cifar10" else ["train"],
                "test": ["test_batch"] if name == "cifar10" else ["test"]}
     expected = {}
     path = out / f"{'cifar-10' if name == 'cifar10' else 'cifar-100'}-python.tar.gz"
+
+    def add(archive: tarfile.TarFile, member: str, blob: bytes) -> None:
+        info = tarfile.TarInfo(f"{inner}/{member}")
+        info.size = len(blob)
+        archive.addfile(info, io.BytesIO(blob))
+
     with tarfile.open(path, "w:gz") as archive:
         for split, names in members.items():
             xs, ys = [], []
             for member in names:
                 x, y = images(3, 3, 32, 32), RNG.integers(0, classes, 3)
-                blob = pickle.dumps({b"data": x.reshape(3, -1), key: y.tolist(), b"batch_label": b"x"}, protocol=2)
-                info = tarfile.TarInfo(f"{inner}/{member}")
-                info.size = len(blob)
-                archive.addfile(info, io.BytesIO(blob))
+                add(archive, member, py2_pickle({"data": x.reshape(3, -1), key: y.tolist(), "batch_label": "x"},
+                                                {"data", key, "batch_label"}))
                 xs.append(x); ys.append(y)
             expected[split] = (np.concatenate(xs), np.concatenate(ys))
+        add(archive, meta[0], py2_pickle({meta[1]: [f"c{i}" for i in range(classes)]}, {meta[1]}))
     return [path], expected
 
 
@@ -347,3 +370,225 @@ def test_synthetic32_is_fixed_and_shaped_like_cifar(tmp_path: Path) -> None:
     b = load_dataset("synthetic32", tmp_path / "b")
     assert a.sha256 == b.sha256 and a.image_shape == (3, 32, 32)
     assert (len(a.train_y), len(a.test_y)) == (400, 200) and np.bincount(a.train_y).tolist() == [40] * 10
+
+
+# ---------------------------------------------------------------------------------------------
+# torchvision's layouts. torchvision's own download code lays the fabricated files out: each file is
+# put where torchvision downloads it and torchvision's checksum tables are patched to the fabricated
+# files, so ``download=True`` finds the "download" done and only extracts, as after a real download.
+
+
+@pytest.fixture
+def torchvision_offline(monkeypatch):
+    from torchvision.datasets import utils as tvu
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("torchvision touched the network")
+
+    for attr in ("_urlretrieve", "download_file_from_google_drive", "_download_file_from_remote_location"):
+        monkeypatch.setattr(tvu, attr, refuse)
+
+
+def _copy(paths: list[Path], folder: Path) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    for p in paths:
+        (folder / p.name).write_bytes(p.read_bytes())
+
+
+def tv_mnist(name: str, paths: list[Path], root: Path, monkeypatch) -> dict:
+    """torchvision.datasets.MNIST / FashionMNIST: the .gz files in <root>/<class>/raw/, extracted beside them."""
+    from torchvision import datasets as tvd
+    cls = {"mnist": tvd.MNIST, "fashionmnist": tvd.FashionMNIST}[name]
+    monkeypatch.setattr(cls, "resources", [(p.name, md5_file(p)) for p in paths])
+    monkeypatch.setattr(cls, "mirrors", ["https://example.invalid/"])
+    _copy(paths, root / cls.__name__ / "raw")
+    loaded = {s: cls(str(root), train=s == "train", download=True) for s in ("train", "test")}
+    return {s: (d.data.numpy()[:, None], d.targets.numpy()) for s, d in loaded.items()}
+
+
+def tv_emnist(name: str, paths: list[Path], root: Path, monkeypatch) -> dict:
+    """torchvision.datasets.EMNIST: gzip.zip in <root>/EMNIST/raw/, every member extracted there, gzip/ removed."""
+    from torchvision import datasets as tvd
+    monkeypatch.setattr(tvd.EMNIST, "md5", md5_file(paths[0]))
+    _copy(paths, root / "EMNIST" / "raw")
+    split = name.removeprefix("emnist-")
+    loaded = {s: tvd.EMNIST(str(root), split=split, train=s == "train", download=True) for s in ("train", "test")}
+    # torchvision keeps NIST's transposed storage; bench turns the images upright
+    return {s: (d.data.numpy()[:, None].transpose(0, 1, 3, 2), d.targets.numpy()) for s, d in loaded.items()}
+
+
+def tv_cifar(name: str, paths: list[Path], root: Path, monkeypatch) -> dict:
+    """torchvision.datasets.CIFAR10 / CIFAR100: the tarball in <root>/, extracted to <root>/<base_folder>/."""
+    from torchvision import datasets as tvd
+    cls = {"cifar10": tvd.CIFAR10, "cifar100": tvd.CIFAR100}[name]
+    with tarfile.open(paths[0]) as archive:
+        md5 = {Path(m.name).name: hashlib.md5(archive.extractfile(m).read()).hexdigest() for m in archive if m.isfile()}
+    monkeypatch.setattr(cls, "tgz_md5", md5_file(paths[0]))
+    monkeypatch.setattr(cls, "train_list", [[f, md5[f]] for f, _ in cls.train_list])
+    monkeypatch.setattr(cls, "test_list", [[f, md5[f]] for f, _ in cls.test_list])
+    monkeypatch.setattr(cls, "meta", {**cls.meta, "md5": md5[cls.meta["filename"]]})
+    monkeypatch.setitem(download.EXTRACTED_MD5, name, {f: md5[f] for f, _ in cls.train_list + cls.test_list})
+    _copy(paths, root)
+    loaded = {s: cls(str(root), train=s == "train", download=True) for s in ("train", "test")}
+    return {s: (d.data.transpose(0, 3, 1, 2), np.asarray(d.targets)) for s, d in loaded.items()}
+
+
+def tv_svhn(name: str, paths: list[Path], root: Path, monkeypatch) -> dict:
+    """torchvision.datasets.SVHN: train_32x32.mat and test_32x32.mat in <root>/ itself."""
+    from torchvision import datasets as tvd
+    by_name = {p.name: p for p in paths}
+    monkeypatch.setattr(tvd.SVHN, "split_list", {s: (url, f, md5_file(by_name[f])) for s, (url, f, _)
+                                                 in tvd.SVHN.split_list.items() if s in ("train", "test")})
+    _copy(paths, root)
+    loaded = {s: tvd.SVHN(str(root), split=s, download=True) for s in ("train", "test")}
+    return {s: (d.data, d.labels) for s, d in loaded.items()}
+
+
+TORCHVISION = {"mnist": tv_mnist, "fashionmnist": tv_mnist, "emnist-byclass": tv_emnist,
+               "emnist-balanced": tv_emnist, "cifar10": tv_cifar, "cifar100": tv_cifar, "svhn": tv_svhn}
+# The archives torchvision downloads; without them its extracted files are what is left.
+ARCHIVES = {"mnist": "MNIST/raw/*.gz", "fashionmnist": "FashionMNIST/raw/*.gz", "emnist-byclass": "EMNIST/raw/gzip.zip",
+            "emnist-balanced": "EMNIST/raw/gzip.zip", "cifar10": "*.tar.gz", "cifar100": "*.tar.gz"}
+
+
+def _torchvision_root(name: str, tmp_path: Path, register, monkeypatch) -> tuple[Path, PreparedDataset, dict]:
+    """(torchvision root, the dataset prepared from this project's own layout, torchvision's arrays)."""
+    folder, make = CASES[name]
+    paths, _ = make(tmp_path / "own")
+    register(folder, paths)
+    own = load_dataset(name, prepare_dataset(name, tmp_path / "own").parent.parent)
+    root = tmp_path / "torchvision"
+    return root, own, TORCHVISION[name](name, paths, root, monkeypatch)
+
+
+def _same_data(a: PreparedDataset, b: PreparedDataset) -> None:
+    for key in ("train_x", "train_y", "test_x", "test_y"):
+        np.testing.assert_array_equal(getattr(a, key), getattr(b, key))
+    assert (a.num_classes, a.mean, a.std) == (b.num_classes, b.mean, b.std)
+
+
+def _patch_sizes(monkeypatch, name: str, data: PreparedDataset) -> None:
+    monkeypatch.setitem(registry._DATASETS, name, dataclasses.replace(
+        get_dataset_spec(name), num_train=len(data.train_y), num_test=len(data.test_y)))
+
+
+@pytest.mark.parametrize("name", sorted(TORCHVISION))
+def test_torchvision_layout_parses_like_own_layout(name, tmp_path, register, monkeypatch, torchvision_offline):
+    root, own, loaded = _torchvision_root(name, tmp_path, register, monkeypatch)
+    data = load_dataset(name, prepare_dataset(name, root).parent.parent)
+    _same_data(own, data)
+    for split in ("train", "test"):  # torchvision's own loader reads the same images and labels
+        np.testing.assert_array_equal(getattr(data, f"{split}_x"), loaded[split][0])
+        np.testing.assert_array_equal(getattr(data, f"{split}_y"), loaded[split][1])
+    assert data.source["layout"] == "torchvision" and "unverified_files" not in data.source
+    assert data.source["verification"] == "every file verified against its published md5"
+    assert all((root / rel).is_file() for rel in data.source["raw_files"])
+    assert not (root / "raw").exists()  # nothing downloaded into this project's layout
+    assert "verified against its published md5" in describe_source(data.source)
+
+
+@pytest.mark.parametrize("name", sorted(ARCHIVES))
+def test_torchvision_extracted_files_without_the_archive(name, tmp_path, register, monkeypatch, torchvision_offline):
+    root, own, _ = _torchvision_root(name, tmp_path, register, monkeypatch)
+    for archive in root.glob(ARCHIVES[name]):
+        archive.unlink()
+    if name.startswith("cifar"):  # the extracted batches have published md5s (torchvision's train_list/test_list)
+        data = load_dataset(name, prepare_dataset(name, root).parent.parent)
+        assert "unverified_files" not in data.source
+        assert set(data.source["raw_files"]) == {f"{'cifar-10-batches-py' if name == 'cifar10' else 'cifar-100-python'}"
+                                                 f"/{m}" for m in download.EXTRACTED_MD5[name]}
+    else:  # idx files have none: the samples per split are checked against the spec
+        with pytest.raises(BenchError, match=r"train / \d+ test samples, .* no published checksum"):
+            prepare_dataset(name, root)
+        _patch_sizes(monkeypatch, name, own)
+        data = load_dataset(name, prepare_dataset(name, root).parent.parent)
+        assert len(data.source["unverified_files"]) == 4 and all(
+            f.endswith("-ubyte") for f in data.source["unverified_files"])
+        assert "without a file checksum" in data.source["verification"]
+        assert "without a file checksum" in describe_source(data.source)
+    _same_data(own, data)
+
+
+def test_torchvision_layout_checksum_mismatch_is_refused(tmp_path, register, monkeypatch, torchvision_offline):
+    root, _, _ = _torchvision_root("mnist", tmp_path, register, monkeypatch)
+    gz = root / "MNIST" / "raw" / "t10k-labels-idx1-ubyte.gz"
+    gz.write_bytes(gz.read_bytes() + b"x")
+    with pytest.raises(BenchError, match=f"{gz}.*published checksum.*refusing"):
+        prepare_dataset("mnist", root)
+
+
+def test_torchvision_cifar_corrupt_tarball_falls_back_to_verified_batches(tmp_path, register, monkeypatch,
+                                                                           torchvision_offline):
+    root, own, _ = _torchvision_root("cifar10", tmp_path, register, monkeypatch)
+    tarball = root / "cifar-10-python.tar.gz"
+    tarball.write_bytes(tarball.read_bytes()[:100])
+    data = load_dataset("cifar10", prepare_dataset("cifar10", root).parent.parent)
+    assert set(data.source["raw_files"]) == {f"cifar-10-batches-py/{m}" for m in download.EXTRACTED_MD5["cifar10"]}
+    _same_data(own, data)
+    batch = root / "cifar-10-batches-py" / "test_batch"
+    batch.write_bytes(batch.read_bytes()[:-1])  # and with a damaged batch too, both are refused, each named
+    with pytest.raises(BenchError, match=r"(?s)cifar-10-python.tar.gz has md5.*test_batch has md5"):
+        prepare_dataset("cifar10", root, force=True)
+
+
+def test_own_layout_comes_first(tmp_path, register, monkeypatch, torchvision_offline):
+    root, own, _ = _torchvision_root("svhn", tmp_path, register, monkeypatch)
+    _copy(list((tmp_path / "own" / "raw" / "svhn").iterdir()), root / "raw" / "svhn")
+    data = load_dataset("svhn", prepare_dataset("svhn", root).parent.parent)
+    assert "layout" not in data.source and data.sha256 == own.sha256  # the own layout's manifest is unchanged
+
+
+def test_image_shape_checked_against_spec(tmp_path, register, monkeypatch):
+    paths, _ = make_idx(tmp_path, "mnist")
+    register("mnist", paths)
+    monkeypatch.setitem(registry._DATASETS, "mnist", dataclasses.replace(get_dataset_spec("mnist"),
+                                                                         image_shape=(1, 32, 32)))
+    with pytest.raises(BenchError, match="images are 1x28x28, mnist has 1x32x32"):
+        prepare_dataset("mnist", tmp_path)
+
+
+@pytest.mark.parametrize("name,where", [
+    ("mnist", "ROOT/MNIST/raw/"), ("fashionmnist", "ROOT/FashionMNIST/raw/"),
+    ("emnist-balanced", "ROOT/EMNIST/raw/{emnist-balanced-train-images-idx3-ubyte"),
+    ("cifar10", "ROOT/cifar-10-batches-py/"), ("cifar100", "ROOT/cifar-100-python/"), ("svhn", "ROOT/{train_32x32.mat, test_32x32.mat}")])
+def test_offline_message_names_the_torchvision_layout(name, where, tmp_path):
+    with pytest.raises(BenchError) as err:
+        prepare_dataset(name, tmp_path)
+    message = str(err.value)
+    assert "torchvision.datasets." in message and "--data-dir" in message and where in message
+    assert str(tmp_path.resolve() / "raw" / CASES[name][0]) in message
+
+
+def test_data_list_and_prepare_say_where_files_came_from(tmp_path, register, monkeypatch, torchvision_offline,
+                                                         capsys):
+    from bench.cli import main
+    root, own, _ = _torchvision_root("mnist", tmp_path, register, monkeypatch)
+    for archive in root.glob(ARCHIVES["mnist"]):
+        archive.unlink()
+    _patch_sizes(monkeypatch, "mnist", own)
+    assert main(["data", "prepare", "mnist", "--data-dir", str(root)]) == 0
+    assert "torchvision layout" in capsys.readouterr().out
+    assert main(["data", "list", "--data-dir", str(root)]) == 0
+    listing = capsys.readouterr().out
+    assert "prepared: raw files from the torchvision layout" in listing and "without a file checksum" in listing
+    assert main(["data", "list", "--data-dir", str(tmp_path / "own")]) == 0
+    assert "prepared: raw files from <data-dir>/raw/" in capsys.readouterr().out
+
+
+def test_torchvision_paths_match_torchvision():
+    """The folder and file names the layouts use are torchvision's own."""
+    from torchvision import datasets as tvd
+    from bench.data import cifar, mnist, svhn
+    assert {f.path for f in mnist.torchvision_idx_layouts("fashionmnist")[1].files} == {
+        f"FashionMNIST/raw/{n.removesuffix('.gz')}" for n, _ in tvd.FashionMNIST.resources}
+    assert [f.path for f in cifar.torchvision_layouts("cifar100")[1].files] == [
+        f"{tvd.CIFAR100.base_folder}/{n}" for n, _ in tvd.CIFAR100.train_list + tvd.CIFAR100.test_list]
+    assert cifar.torchvision_layouts("cifar10")[0].files[0].path == tvd.CIFAR10.filename
+    assert [f.path for f in svhn.torchvision_layouts()[0].files] == [tvd.SVHN.split_list[s][1]
+                                                                      for s in ("train", "test")]
+    emnist = set()
+    for train in (True, False):  # torchvision's own path properties, on an instance that reads nothing
+        ds = tvd.EMNIST.__new__(tvd.EMNIST)
+        ds.root, ds.split, ds.train = "ROOT", "byclass", train
+        emnist |= {Path(f).relative_to("ROOT").as_posix() for f in (ds.images_file, ds.labels_file)}
+    assert {f.path for f in mnist.torchvision_emnist_layouts("byclass")[1].files} == emnist

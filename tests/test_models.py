@@ -11,7 +11,10 @@ import torch
 from bench.errors import BenchError
 from bench.models import (CLASSIFIER, GENERATOR, assign_architectures, build_model, count_parameters,
                           get_model_entry, model_names)
-from bench.models.inventory import describe_models, format_models_table, forward_flops
+from bench.models.inventory import (describe_models, describe_paper_configs, format_models_table,
+                                    format_paper_configs_table, forward_flops)
+from bench.models.paper_configs import (CLIENT_MODEL, DISCRIMINATOR, FEATURE_GENERATOR, IMAGE_GENERATOR,
+                                        PAPER_CONFIGS, PaperConfig, Printed)
 
 # (name, in_shape, num_classes) for every registered example plus the other configurations the papers use.
 EXTRA_CONFIGS = [
@@ -306,6 +309,84 @@ def test_describe_models_and_table() -> None:
     assert by_name["dcgan_generator"]["feature_dim"] is None
     table = format_models_table(rows)
     assert all(name in table for name in by_name) and "50,378" in table
+
+
+# --------------------------------------------------------------------------- the papers' configurations
+
+
+def _config_id(config: PaperConfig) -> str:
+    return f"{config.paper}-{config.model}-{'+'.join(config.datasets)}"
+
+
+@pytest.mark.parametrize("config", PAPER_CONFIGS, ids=_config_id)
+def test_paper_config_counts_match_the_printed_counts(config: PaperConfig) -> None:
+    """Every count the paper or spec prints, against the model built as configured (meta device)."""
+    (row,) = describe_paper_configs((config,))
+    assert row["matches"], f"{row['computed']} vs printed {row['printed']}"
+    model = _meta(config.model, config.in_shape, config.num_classes, **config.kwargs)
+    assert row["parameters"] == count_parameters(model)
+    for printed, computed in zip(config.printed, row["computed"]):
+        assert computed == count_parameters(model if printed.part is None else model.get_submodule(printed.part))
+        assert printed.matches(computed)
+
+
+@pytest.mark.parametrize("config", PAPER_CONFIGS, ids=_config_id)
+def test_paper_configs_agree_with_the_dataset_specs(config: PaperConfig) -> None:
+    from bench.data import get_dataset_spec
+    entry = get_model_entry(config.model)
+    assert entry.kind == (GENERATOR if config.role in (IMAGE_GENERATOR, FEATURE_GENERATOR) else CLASSIFIER)
+    for dataset in config.datasets:
+        spec = get_dataset_spec(dataset)
+        if config.role in (CLIENT_MODEL, IMAGE_GENERATOR, DISCRIMINATOR):  # these read or make the images
+            assert config.in_shape == spec.image_shape
+        if config.role in (CLIENT_MODEL, FEATURE_GENERATOR, IMAGE_GENERATOR):
+            assert config.num_classes == spec.num_classes
+        else:  # a real/fake discriminator
+            assert config.num_classes == 1
+
+
+# The configurations the brief names, with the counts their specs print exactly.
+@pytest.mark.parametrize("paper,model,dataset,count", [
+    ("FedHKD", "fedhkd_shufflenetv2", "svhn", 1_286_734), ("FedHKD", "fedhkd_resnet18", "cifar10", 11_209_994),
+    ("FedHKD", "fedhkd_resnet18", "cifar100", 11_215_844), ("FedAKD", "fedakd_simplecnn", "fashionmnist", 50_378),
+    ("FedAKD", "fedakd_simplecnn", "cifar10", 60_554), ("DaFKD", "dafkd_discriminator", "svhn", 663_361)])
+def test_paper_config_exact_counts(paper: str, model: str, dataset: str, count: int) -> None:
+    (config,) = [c for c in PAPER_CONFIGS if (c.paper, c.model) == (paper, model) and dataset in c.datasets]
+    assert describe_paper_configs((config,))[0]["parameters"] == count
+
+
+def test_paper_configs_cover_every_paper_and_fedal_candidate() -> None:
+    roles = {(c.paper, c.role) for c in PAPER_CONFIGS}
+    assert {("FedHKD", CLIENT_MODEL), ("FedAKD", CLIENT_MODEL), ("FedAL", CLIENT_MODEL), ("DaFKD", CLIENT_MODEL),
+            ("DaFKD", IMAGE_GENERATOR)} <= roles
+    fedal = {(d, c.model) for c in PAPER_CONFIGS if c.paper == "FedAL" for d in c.datasets}
+    # specs/fedal.md §4.1: the candidate client architectures of every dataset
+    assert fedal == {("mnist", "lenet5"), ("svhn", "wrn10_1"), ("svhn", "wrn10_2"), ("svhn", "wrn16_1"),
+                     ("cifar10", "resnet18_cifar"), ("cifar10", "resnet34_cifar"), ("cinic10", "resnet18_cifar"),
+                     ("cinic10", "resnet34_cifar"), ("celeba", "celeba_cnn")}
+    dafkd = [c for c in PAPER_CONFIGS if c.model == "dafkd_resnet11"]
+    assert all(tuple(p.part for p in c.printed) == ("body", "classifier", "discriminator") for c in dafkd)
+
+
+def test_printed_counts() -> None:
+    assert Printed("11,215,844").matches(11_215_844) and not Printed("11,215,844").matches(11_215_845)
+    assert Printed("0.30M").matches(303_706) and not Printed("0.30M").matches(306_000)
+    assert Printed("78k").matches(77_850) and Printed("61.7k").matches(61_706) and not Printed("61.7k").matches(61_600)
+    assert str(Printed("257", "discriminator")) == "discriminator 257"
+    for bad in ("1.286", "11209994", "about 30k", "1,28"):
+        with pytest.raises(ValueError):
+            Printed(bad)
+
+
+def test_paper_configs_table_and_cli(capsys: pytest.CaptureFixture[str]) -> None:
+    table = format_paper_configs_table()
+    lines = table.splitlines()
+    assert len(lines) == len(PAPER_CONFIGS) + 2 and "NO" not in table.split()
+    assert "11,215,844" in table and "60,554" in table and "body 817.6k, classifier 15,934, discriminator 257" in table
+    from bench.cli import main
+    assert main(["models"]) == 0
+    out = capsys.readouterr().out
+    assert "fedhkd_shufflenetv2" in out and table in out
 
 
 # --------------------------------------------------------------------------- heterogeneous assignment

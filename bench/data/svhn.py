@@ -1,5 +1,9 @@
 """SVHN train and test (``extra`` unused) from the official ``.mat`` files (specs/fedal.md §4.1,
-specs/fedhkd.md §5.1, specs/dafkd.md §3.1). Label 10 (digit "0") becomes 0, as in torchvision."""
+specs/fedhkd.md §5.1, specs/dafkd.md §3.1). Label 10 (digit "0") becomes 0, as in torchvision.
+
+torchvision's layout is found too: ``torchvision.datasets.SVHN(root, split, download=True)`` keeps
+``train_32x32.mat`` and ``test_32x32.mat`` in ``<root>/`` itself; they are verified against the
+same published md5."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -8,7 +12,7 @@ import numpy as np
 import scipy.io
 
 from bench.data.registry import DatasetSpec, register_dataset
-from bench.data.download import fetch, parsing, prepared_from_raw
+from bench.data.download import REMOTE_FILES, TORCHVISION, Layout, LayoutFile, locate, parsing, prepared_from_raw
 from bench.data.prepared import PreparedDataset
 
 
@@ -21,13 +25,18 @@ def _read_mat(path: Path) -> tuple[np.ndarray, np.ndarray]:
     return x, y
 
 
+def torchvision_layouts() -> tuple[Layout, ...]:
+    return (Layout(TORCHVISION, "mat", tuple(LayoutFile(r.name, r.name, r.md5) for r in REMOTE_FILES["svhn"]),
+                   "torchvision.datasets.SVHN(root, split='train' and 'test', download=True)"),)
+
+
 def prepare_svhn(data_dir: Path) -> PreparedDataset:
-    files = fetch("svhn", "svhn", data_dir)
+    raw = locate("svhn", "svhn", data_dir, "mat", torchvision_layouts())
     splits = []
     for fname in ("train_32x32.mat", "test_32x32.mat"):
-        with parsing(files[fname], "svhn"):
-            splits.append(_read_mat(files[fname]))
-    return prepared_from_raw("svhn", 10, splits[0], splits[1], files, format="mat", label_10_is_digit_0=True)
+        with parsing(raw.files[fname], "svhn"):
+            splits.append(_read_mat(raw.files[fname]))
+    return prepared_from_raw("svhn", 10, splits[0], splits[1], raw, format="mat", label_10_is_digit_0=True)
 
 
 SVHN = register_dataset(DatasetSpec(

@@ -1,4 +1,6 @@
-"""Inventory of the registered models for ``bench models``: parameters, FLOPs per image, feature size.
+"""Inventory of the registered models for ``bench models``: parameters, FLOPs per image, feature size;
+and the papers' (model, dataset) configurations (:mod:`bench.models.paper_configs`) with their exact
+parameter counts beside the counts the papers print.
 
 FLOPs are counted by PyTorch's own ``torch.utils.flop_counter.FlopCounterMode`` on one forward pass of
 one sample (batch 1, eval mode, no grad) at the model's registered ``example_input``. The counter
@@ -11,6 +13,7 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from bench.models import GENERATOR, count_parameters, get_model_entry, model_names
+from bench.models.paper_configs import PAPER_CONFIGS, PaperConfig
 
 
 def forward_flops(model: torch.nn.Module, kind: str, in_shape: tuple[int, ...]) -> int:
@@ -60,3 +63,41 @@ def format_models_table(rows: list[dict] | None = None) -> str:
              for row in (header, *body)]
     lines.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(lines)
+
+
+def _aligned(header: tuple[str, ...], body: list[tuple[str, ...]], right: set[int]) -> str:
+    widths = [max(len(row[i]) for row in (header, *body)) for i in range(len(header))]
+    lines = ["  ".join(cell.rjust(w) if i in right else cell.ljust(w) for i, (cell, w) in enumerate(zip(row, widths)))
+             .rstrip() for row in (header, *body)]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def describe_paper_configs(configs: tuple[PaperConfig, ...] = PAPER_CONFIGS) -> list[dict]:
+    """One row per paper configuration, its model built on the ``meta`` device: the config's fields,
+    ``parameters`` (the whole model), ``printed`` (what the paper/spec prints, as text), ``computed``
+    (the count of each printed part) and ``matches`` (every printed count agrees)."""
+    rows = []
+    for config in configs:
+        with torch.device("meta"):
+            model = get_model_entry(config.model).factory(config.in_shape, config.num_classes, **config.kwargs)
+        computed = [count_parameters(model if p.part is None else model.get_submodule(p.part)) for p in config.printed]
+        rows.append({
+            "paper": config.paper, "role": config.role, "model": config.model, "datasets": config.datasets,
+            "in_shape": config.in_shape, "num_classes": config.num_classes, "kwargs": dict(config.kwargs),
+            "parameters": count_parameters(model), "printed": ", ".join(map(str, config.printed)),
+            "computed": computed, "matches": all(p.matches(c) for p, c in zip(config.printed, computed)),
+            "source": config.source,
+        })
+    return rows
+
+
+def format_paper_configs_table(rows: list[dict] | None = None) -> str:
+    """``describe_paper_configs()`` as an aligned plain-text table."""
+    rows = describe_paper_configs() if rows is None else rows
+    header = ("paper", "role", "model", "dataset", "input", "classes", "kwargs", "parameters", "paper/spec prints",
+              "agrees", "source")
+    body = [(r["paper"], r["role"], r["model"], ", ".join(r["datasets"]), "x".join(map(str, r["in_shape"])),
+             str(r["num_classes"]), ", ".join(f"{k}={v}" for k, v in r["kwargs"].items()) or "-",
+             f"{r['parameters']:,}", r["printed"], "yes" if r["matches"] else "NO", r["source"]) for r in rows]
+    return _aligned(header, body, right={5, 7})
