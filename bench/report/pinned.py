@@ -11,7 +11,8 @@ anew, so a file keeps comparing when the suite's declared statistics change. A v
 finite (a target never reached) is not pinned.
 
 - **Same environment: exact.** When a run's fingerprint (machine, the CPU kernels torch dispatches
-  to, torch version, uv.lock sha256, Python minor version) equals the pinned one, its values must be bitwise equal: runs are
+  to and the kernel pinning in force (``bench/__init__.py``), torch version, uv.lock sha256, Python
+  minor version) equals the pinned one, its values must be bitwise equal: runs are
   deterministic (one seed per run, spawned RNG streams, deterministic kernels, single-threaded,
   fixed aggregation order), so any difference is a change in code or config, not noise.
 - **Other environments: absolute tolerance** (fields of the file; defaults below). Another CPU, BLAS
@@ -50,12 +51,13 @@ from bench.report.runs import RunKey, RunRecord, find_runs, repro_command, requi
 from bench.suites import Suite
 from bench.suites.statistics import Statistic, mean_std
 
-FingerprintField = Literal["machine", "cpu_capability", "torch", "uv_lock_sha256", "python_minor", "platform"]
+FingerprintField = Literal["machine", "cpu_capability", "cpu_kernels", "torch", "uv_lock_sha256", "python_minor",
+                           "platform"]
 FORMAT = "fkd-bench-pinned"
 FORMAT_VERSION = 1
-FINGERPRINT = ("machine", "cpu_capability", "torch", "uv_lock_sha256", "python_minor")
-ENVIRONMENT = ("platform", "machine", "cpu_capability", "python", "torch", "uv_lock_sha256", "git_commit",
-               "code_sha256")
+FINGERPRINT = ("machine", "cpu_capability", "cpu_kernels", "torch", "uv_lock_sha256", "python_minor")
+ENVIRONMENT = ("platform", "machine", "cpu_capability", "cpu_kernels", "python", "torch", "uv_lock_sha256",
+               "git_commit", "code_sha256")
 PER_SEED_ABS = 0.07
 MEAN_ABS = 0.04
 
