@@ -370,6 +370,8 @@ def test_synthetic32_is_fixed_and_shaped_like_cifar(tmp_path: Path) -> None:
     b = load_dataset("synthetic32", tmp_path / "b")
     assert a.sha256 == b.sha256 and a.image_shape == (3, 32, 32)
     assert (len(a.train_y), len(a.test_y)) == (400, 200) and np.bincount(a.train_y).tolist() == [40] * 10
+    # the fabricated images the pinned smoke results were made with (fixed seed; any change moves them)
+    assert a.sha256 == "b948b26ca08a23a4228a0d539ae11e93c51f73fcca78b6a981705386e5f8a579"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -592,3 +594,12 @@ def test_torchvision_paths_match_torchvision():
         ds.root, ds.split, ds.train = "ROOT", "byclass", train
         emnist |= {Path(f).relative_to("ROOT").as_posix() for f in (ds.images_file, ds.labels_file)}
     assert {f.path for f in mnist.torchvision_emnist_layouts("byclass")[1].files} == emnist
+
+
+def test_synthetic28_is_fixed_and_shaped_like_mnist(tmp_path: Path) -> None:
+    from bench.data import load_dataset
+
+    a = load_dataset("synthetic28", tmp_path)
+    assert a.image_shape == (1, 28, 28) and (len(a.train_y), len(a.test_y)) == (12_000, 4_000)
+    assert np.bincount(a.train_y).tolist() == [1_200] * 10 and np.bincount(a.test_y).tolist() == [400] * 10
+    assert a.sha256 == "ce6ccb1979daed680c0d8578b9b344382af86f5843671b4ef5a4b30e611a5f95"

@@ -178,6 +178,9 @@ EXACT_COUNTS = [
     ("fedakd_cnn3", (3, 32, 32), 10, 1_403_978),
     # specs/dafkd.md §1.5 DiscriminatorCifar.
     ("dafkd_discriminator", (3, 32, 32), 1, 663_361),
+    # PFLlib's FedAvgCNN (FL-bench's avgcnn) on MNIST: 832 + 51,264 + 524,800 + 5,130.
+    ("fedavg_cnn", (1, 28, 28), 10, 582_026),
+    ("fedavg_cnn", (3, 32, 32), 10, 878_538),  # PFLlib's dim=1600 variant for CIFAR-10
 ]
 
 

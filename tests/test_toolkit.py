@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from bench.engine.aggregate import copy_state, weighted_average
+from bench.engine.aggregate import copy_state, load_state, state_tensors, weighted_average
 from bench.engine.loop import Loop, Step, adversarial_loop, parameters
 from bench.engine.streams import NoiseStream, SharedBatches, epoch_batches
 from bench.errors import Diverged
@@ -48,6 +48,17 @@ def test_loop_is_a_plain_training_loop_bitwise() -> None:
     assert all(torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters()))
     assert mean == float(sum(losses[1:], losses[0])) / 3
     assert [(s.round, s.index) for s in seen] == [(7, 0), (7, 1), (7, 2)]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_loop_mean_loss_is_the_tensor_sum_of_step_losses_bitwise(dtype: torch.dtype) -> None:
+    """The loop sums float32 CPU losses on the host: the same float32 additions, in the same order, as
+    ``loss_0 + loss_1 + ...`` on 0-dim tensors (other dtypes and devices are summed as tensors)."""
+    values = torch.rand(500, generator=torch.Generator().manual_seed(0), dtype=torch.float64).mul(3).to(dtype)
+    weight = nn.Parameter(torch.zeros((), dtype=dtype))
+    loop = Loop(torch.optim.SGD([weight], lr=0.0), [weight], round=1, who=0)
+    mean = loop.run(range(len(values)), lambda step, i: weight * 0 + values[i])
+    assert mean == float(sum(values[1:], values[0])) / len(values)
 
 
 def test_a_non_finite_loss_raises_diverged_naming_round_and_trainer() -> None:
@@ -164,3 +175,67 @@ def test_a_method_with_personal_parameters_keeps_each_clients_head(data_dir) -> 
     assert torch.equal(clients[0].model.classifier.weight, heads[0])  # the broadcast leaves it alone
     body = [k for k in server.model.state_dict() if not k.startswith("classifier.")]
     assert all(torch.equal(clients[0].model.state_dict()[k], server.model.state_dict()[k]) for k in body)
+
+
+def _reference_average(states, weights, keys=None):  # type: ignore[no-untyped-def]
+    """weighted_average as it was written: key by key, client by client."""
+    total, out = float(sum(weights)), {}
+    for key, first in states[0].items():
+        if keys is not None and key not in keys:
+            continue
+        if not first.is_floating_point():
+            out[key] = first.clone()
+            continue
+        acc = torch.zeros_like(first)
+        for state, w in zip(states, weights):
+            acc.add_(state[key], alpha=w / total)
+        out[key] = acc
+    return out
+
+
+def test_weighted_average_is_the_key_by_key_sum_bitwise() -> None:
+    from bench.models import build_model
+
+    states = [build_model("cnn", (1, 8, 8), 10, seed=s).state_dict() for s in range(7)]
+    weights = [float(w) for w in (13, 101, 7, 64, 64, 3, 250)]
+    for keys in (None, [k for k in states[0] if not k.startswith("classifier.")]):
+        got, expected = weighted_average(states, weights, keys), _reference_average(states, weights, keys)
+        assert list(got) == list(expected)
+        assert all(torch.equal(got[k], expected[k]) and got[k].dtype == expected[k].dtype for k in got)
+
+
+def test_state_tensors_are_the_state_dicts_tensors_for_every_model() -> None:
+    from bench.models import build_model, get_model_entry, model_names
+
+    for name in model_names():
+        model = build_model(name, *get_model_entry(name).example_input)
+        fast, slow = state_tensors(model, loading=True), model.state_dict()
+        assert fast is not None and list(fast) == list(slow), name
+        assert all(fast[k].data_ptr() == slow[k].data_ptr() and fast[k].shape == slow[k].shape for k in slow), name
+
+
+def test_state_tensors_defer_to_state_dict_when_a_model_customises_it() -> None:
+    class Extra(nn.Linear):
+        def get_extra_state(self) -> int:
+            return 1
+
+    hooked = nn.Sequential(nn.Linear(2, 2))
+    hooked[0].register_state_dict_post_hook(lambda module, state, prefix, local: None)
+    assert state_tensors(Extra(2, 2)) is None and state_tensors(hooked) is None
+    loaded = nn.Sequential(nn.Linear(2, 2))
+    loaded.register_load_state_dict_post_hook(lambda module, keys: None)
+    assert state_tensors(loaded) is not None and state_tensors(loaded, loading=True) is None
+
+
+@pytest.mark.parametrize("personal", [False, True])
+def test_load_state_is_load_state_dict(personal: bool) -> None:
+    from bench.models import build_model
+
+    source = build_model("cnn", (1, 8, 8), 10, seed=1)
+    state = {k: v for k, v in source.state_dict().items() if not (personal and k.startswith("classifier."))}
+    a, b = build_model("cnn", (1, 8, 8), 10, seed=2), build_model("cnn", (1, 8, 8), 10, seed=2)
+    load_state(a, state, strict=not personal)
+    b.load_state_dict(state, strict=not personal)
+    assert all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values()))
+    with pytest.raises(RuntimeError):  # what load_state_dict refuses, load_state refuses
+        load_state(a, {**state, "extra": torch.zeros(1)})

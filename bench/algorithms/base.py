@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 from pydantic import BaseModel, ConfigDict, Field
 
-from bench.engine.aggregate import copy_state, weighted_average
+from bench.engine.aggregate import copy_state, load_state, weighted_average
 from bench.engine.context import Context
 from bench.engine.evaluation import CLIENT_GLOBAL_ACC, GLOBAL_ACC, LOCAL_ACC, VAL_ACC, Evaluation
 from bench.engine.loop import Step
@@ -158,4 +158,4 @@ class ParameterAveraging(Algorithm[ClientStateT, ServerStateT]):
         assert server.model is not None
         weights = [u.num_samples if self.params.weighting == "samples" else 1.0 for u in updates]
         keys = self.shared_keys(server.model)
-        server.model.load_state_dict(weighted_average([u.state for u in updates], weights, keys), strict=keys is None)
+        load_state(server.model, weighted_average([u.state for u in updates], weights, keys), strict=keys is None)

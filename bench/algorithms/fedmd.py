@@ -35,6 +35,7 @@ from pydantic import Field
 
 from bench.algorithms import register_algorithm
 from bench.algorithms.base import AveragingParams, ParameterAveraging
+from bench.engine.chunks import chunk_size
 from bench.engine.loop import Step
 from bench.engine.state import Client, NoState, Server, Update
 from bench.errors import BenchError
@@ -120,11 +121,13 @@ class FedMD(ParameterAveraging[Consensus, Consensus]):
 
     @torch.no_grad()
     def soft_predictions(self, model: torch.nn.Module) -> torch.Tensor:
-        """Q(z_pub, T) on the whole public set in its fixed order, eval mode."""
+        """Q(z_pub, T) on the whole public set in its fixed order, eval mode, in evaluation chunks
+        (:func:`~bench.engine.chunks.chunk_size`)."""
         was_training = model.training
         model.eval()
-        size = self.ctx.config.evaluation.batch_size
         public_x = self.ctx.public_x
+        assert public_x is not None
+        size = chunk_size(model, public_x, self.ctx.config.evaluation.batch_size)
         soft = torch.cat([F.softmax(model(public_x[s:s + size])[1] / self.params.temperature, dim=1)
                           for s in range(0, len(public_x), size)])
         model.train(was_training)

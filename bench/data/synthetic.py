@@ -1,8 +1,12 @@
-"""``synthetic32``: fabricated 3x32x32 images in 10 classes, the shape of SVHN and CIFAR-10.
+"""Fabricated datasets for runs at real shapes where the real datasets cannot be had.
 
-For smoke runs of the paper pipelines at their real shapes and models where the real datasets
-cannot be had. Each class is a fixed random colour pattern plus per-image noise, drawn from a
-fixed seed, so the data are identical everywhere and learnable but not trivial.
+``synthetic32``: 3x32x32 images in 10 classes, the shape of SVHN and CIFAR-10 (smoke runs of the
+paper pipelines at their real shapes and models). ``synthetic28``: 1x28x28 images in 10 classes, the
+shape of MNIST, sized for the workload shared with PFLlib and FL-bench (20 clients x 600 train images,
+a 25 % test split: ``benchmarks/test_shared_workload.py``).
+
+Each class is a fixed random pattern plus per-image noise, drawn from a fixed seed (the stream named
+after the dataset), so the data are identical everywhere and learnable but not trivial.
 """
 from __future__ import annotations
 
@@ -16,27 +20,43 @@ from bench.rng import numpy_stream
 
 SEED = 0
 NUM_TRAIN, NUM_TEST, NUM_CLASSES = 400, 200, 10
+NUM_TRAIN_28, NUM_TEST_28 = 12_000, 4_000
 
 
-def prepare_synthetic32(data_dir: Path) -> PreparedDataset:
-    rng = numpy_stream(SEED, "synthetic32")
-    patterns = rng.uniform(40, 215, size=(NUM_CLASSES, 3, 32, 32))
+def fabricate(name: str, shape: tuple[int, int, int], num_train: int, num_test: int) -> PreparedDataset:
+    """``num_train`` / ``num_test`` images of ``shape`` (labels cycling through the classes): a class's
+    pattern U(40, 215) per pixel plus N(0, 60) noise per image, rounded and clipped to uint8."""
+    rng = numpy_stream(SEED, name)
+    patterns = rng.uniform(40, 215, size=(NUM_CLASSES, *shape))
 
     def split(n: int) -> tuple[np.ndarray, np.ndarray]:
         labels = np.arange(n, dtype=np.int64) % NUM_CLASSES
-        images = patterns[labels] + rng.normal(0, 60, size=(n, 3, 32, 32))
+        images = patterns[labels] + rng.normal(0, 60, size=(n, *shape))
         return np.clip(np.rint(images), 0, 255).astype(np.uint8), labels
 
-    train_x, train_y = split(NUM_TRAIN)
-    test_x, test_y = split(NUM_TEST)
+    train_x, train_y = split(num_train)
+    test_x, test_y = split(num_test)
     mean = tuple(round(float(m), 6) for m in train_x.mean(axis=(0, 2, 3)) / 255)
     std = tuple(round(float(s), 6) for s in train_x.std(axis=(0, 2, 3)) / 255)
-    return PreparedDataset(name="synthetic32", train_x=train_x, train_y=train_y, test_x=test_x, test_y=test_y,
-                           num_classes=NUM_CLASSES, mean=mean, std=std,
-                           source={"origin": "fabricated", "seed": SEED})
+    return PreparedDataset(name=name, train_x=train_x, train_y=train_y, test_x=test_x, test_y=test_y,
+                           num_classes=NUM_CLASSES, mean=mean, std=std, source={"origin": "fabricated", "seed": SEED})
+
+
+def prepare_synthetic32(data_dir: Path) -> PreparedDataset:
+    return fabricate("synthetic32", (3, 32, 32), NUM_TRAIN, NUM_TEST)
+
+
+def prepare_synthetic28(data_dir: Path) -> PreparedDataset:
+    return fabricate("synthetic28", (1, 28, 28), NUM_TRAIN_28, NUM_TEST_28)
 
 
 SYNTHETIC32 = register_dataset(DatasetSpec(
     name="synthetic32", num_classes=NUM_CLASSES, image_shape=(3, 32, 32), num_train=NUM_TRAIN, num_test=NUM_TEST,
     prepare=prepare_synthetic32, embedded=True,
     description="fabricated 3x32x32 images, 10 classes (smoke runs at SVHN/CIFAR shapes), embedded"))
+
+SYNTHETIC28 = register_dataset(DatasetSpec(
+    name="synthetic28", num_classes=NUM_CLASSES, image_shape=(1, 28, 28), num_train=NUM_TRAIN_28,
+    num_test=NUM_TEST_28, prepare=prepare_synthetic28, embedded=True,
+    description="fabricated 1x28x28 images, 10 classes (the MNIST-shaped workload shared with PFLlib and "
+                "FL-bench), embedded"))

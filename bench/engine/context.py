@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 from bench.config import ExperimentConfig
+from bench.engine.chunks import chunk_size
 from bench.engine.loop import Loop, LossGuard, Step
 from bench.engine.state import Client
 from bench.engine.streams import SharedBatches, epoch_batches
@@ -132,13 +133,15 @@ class Context:
 
     @torch.no_grad()
     def accuracy(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
-        """Exact sample-level accuracy of ``model`` in eval mode (spec fedhkd.md §3.7 [R])."""
+        """Exact sample-level accuracy of ``model`` in eval mode (spec fedhkd.md §3.7 [R]), forwarding
+        ``evaluation.batch_size`` samples at a time (fewer on the CPU when their activations would be
+        mmapped: :func:`~bench.engine.chunks.chunk_size`)."""
         if len(y) == 0:
             return float("nan")
         was_training = model.training
         model.eval()
         correct = torch.zeros((), dtype=torch.int64, device=self.device)
-        size = self.config.evaluation.batch_size
+        size = chunk_size(model, x, self.config.evaluation.batch_size)
         for start in range(0, len(y), size):
             _, logits = model(x[start:start + size])
             correct += (logits.argmax(1) == y[start:start + size]).sum()

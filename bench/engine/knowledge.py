@@ -13,6 +13,8 @@ from typing import Literal
 import torch
 from torch import nn
 
+from bench.engine.chunks import chunk_size
+
 
 @dataclass
 class ClassStatistics:
@@ -28,9 +30,12 @@ class ClassStatistics:
 @torch.no_grad()
 def class_statistics(model: nn.Module, x: torch.Tensor, y: torch.Tensor, num_classes: int,
                      temperature: float = 1.0, batch_size: int = 1024) -> ClassStatistics:
-    """Per-class means of the features and of softmax(logits / T) over ``(x, y)``, in eval mode."""
+    """Per-class means of the features and of softmax(logits / T) over ``(x, y)``, in eval mode, forwarding
+    ``batch_size`` samples at a time (fewer on the CPU when their activations would be mmapped:
+    :func:`~bench.engine.chunks.chunk_size`)."""
     was_training = model.training
     model.eval()
+    batch_size = chunk_size(model, x, batch_size)
     feature_sum: torch.Tensor | None = None
     soft_sum = torch.zeros(num_classes, num_classes, device=x.device)
     for start in range(0, len(y), batch_size):

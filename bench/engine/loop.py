@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -91,12 +92,15 @@ class Loop(Generic[B]):
         return self._run(batches, gradient_fn, own_gradients=True)
 
     def _run(self, batches: Iterable[B], fn: Callable[[Step, B], torch.Tensor | float], own_gradients: bool) -> float:
-        total: torch.Tensor | float = 0.0
+        total: torch.Tensor | np.float32 | float = 0.0
         steps = 0
         first = 0.0
         inputs = self.params if self.backward_inputs else None
+        optimised = [p for group in self.optimizer.param_groups for p in group["params"]]
+        on_host = False  # summing float32 CPU losses as numpy float32 (see below)
         for batch in batches:
-            self.optimizer.zero_grad(set_to_none=True)
+            for p in optimised:  # optimizer.zero_grad(set_to_none=True) without its profiler and dynamo wrappers
+                p.grad = None
             loss = fn(Step(self.round, steps, self.rng), batch)
             if steps == 0 and self.guard is not None and self.guard.reference is None:
                 first = float(loss.detach()) if isinstance(loss, torch.Tensor) else float(loss)
@@ -106,7 +110,19 @@ class Loop(Generic[B]):
             else:
                 assert isinstance(loss, torch.Tensor)
                 apply_step(loss, self.optimizer, self.params, self.grad_clip, inputs)
-                total = loss.detach() if steps == 0 else total + loss.detach()
+                # The float32 running sum loss_0 + loss_1 + ... in step order. A float32 loss on the CPU is added
+                # as a numpy float32 (one IEEE single-precision addition, rounded exactly as the 0-dim tensor
+                # addition rounds it) instead of two tensor ops a step; elsewhere the sum stays a tensor, so
+                # that no step waits for the device.
+                if steps == 0:
+                    on_host = loss.is_cpu and loss.dtype == torch.float32
+                    total = np.float32(loss.item()) if on_host else loss.detach()
+                elif on_host and loss.is_cpu and loss.dtype == torch.float32:
+                    total = total + np.float32(loss.item())
+                else:
+                    if on_host:
+                        total, on_host = torch.tensor(total, dtype=torch.float32), False
+                    total = total + loss.detach()
             steps += 1
         mean = float(total) / max(steps, 1)
         (self.guard or LossGuard(None)).check(first, mean, self.round, self.who)

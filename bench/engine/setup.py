@@ -11,6 +11,9 @@ import torch
 _M_TRIM_THRESHOLD = -1
 _M_MMAP_THRESHOLD = -3
 _MALLOC_TUNED = False
+MMAP_THRESHOLD_BYTES = 32 * 1024 * 1024
+"""glibc's ``M_MMAP_THRESHOLD`` as :func:`tune_malloc` sets it (glibc's maximum on 64-bit): blocks at
+least this large are still mmapped, and page-faulted in afresh every time they are allocated."""
 
 
 def tune_malloc() -> bool:
@@ -28,7 +31,7 @@ def tune_malloc() -> bool:
         return False
     try:
         libc = ctypes.CDLL(name)
-        ok = libc.mallopt(_M_MMAP_THRESHOLD, 32 * 1024 * 1024) == 1
+        ok = libc.mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES) == 1
         ok &= libc.mallopt(_M_TRIM_THRESHOLD, 512 * 1024 * 1024) == 1
     except (OSError, AttributeError):
         return False
