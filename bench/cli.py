@@ -148,15 +148,19 @@ def _suite_figures(args: argparse.Namespace) -> int:
 
 
 def _suite_train(args: argparse.Namespace) -> int:
-    from bench.runner.executor import run_many
+    from bench.runner.executor import Executor
+    from bench.runner.parallel import run_many
 
     suite = _suite(args)
     methods = suite.train_order(args.method or list(suite.params.methods))  # dependencies (e.g. CF's standalone) first
     requests = [r for m in methods for r in suite.requests(m, args.data_dir)]
     from bench.runner.progress import SuiteProgress
 
-    jobs = args.jobs or suite.params.suite.jobs
-    print(f"suite {suite.name}: {len(requests)} runs ({', '.join(methods)}) on {jobs} processes", flush=True)
+    section = suite.params.suite
+    executor = Executor(args.executor or section.executor, args.jobs or section.jobs,
+                        args.ray_address or section.ray.address, section.ray.cpus_per_run, section.ray.gpus_per_run,
+                        section.ray.max_retries)
+    print(f"suite {suite.name}: {len(requests)} runs ({', '.join(methods)}) on {executor.describe()}", flush=True)
     with SuiteProgress(suite.name, [r.config.training.rounds for r in requests]) as progress:
         def done(index: int, outcome: dict | str) -> None:
             if isinstance(outcome, str):
@@ -165,7 +169,7 @@ def _suite_train(args: argparse.Namespace) -> int:
             final = ", ".join(f"{k}={v:.4f}" for k, v in outcome["final"].items() if k.endswith("acc"))
             progress.run_done(index, f"  {requests[index].out_dir}: {final}")
 
-        run_many(requests, jobs, progress.round_done, done)
+        run_many(requests, executor, progress.round_done, done)
     return 0
 
 
@@ -289,7 +293,11 @@ def build_parser() -> argparse.ArgumentParser:
                   ).add_argument("--out", type=Path, help="folder (default: <root>/reports/<suite>/paper-figures)")
     train = suite_command("train", "run every setting x seed of the given methods", _suite_train)
     train.add_argument("--method", action="append", help="only this method (repeatable; default: all)")
-    train.add_argument("--jobs", type=int, default=None, help="parallel processes (default: suite.jobs)")
+    train.add_argument("--jobs", type=int, default=None, help="parallel runs (default: suite.jobs)")
+    train.add_argument("--executor", choices=["serial", "processes", "ray"], default=None,
+                       help="where runs execute (default: suite.executor); results never depend on it")
+    train.add_argument("--ray-address", default=None, help="a Ray cluster's address (default: suite.ray.address; "
+                       "none: a local cluster of --jobs CPUs)")
     suite_command("report", "write summary tables (Markdown, CSV, metrics.json), learning curves (CSV, PNG)",
                   _suite_report).add_argument("--out", type=Path, help="folder (default: <root>/reports/<suite>)")
     pin = suite_command("pin", "rewrite the suite's pinned values from its runs (deliberately)", _pin, sub)

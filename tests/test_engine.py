@@ -251,12 +251,12 @@ def test_carved_public_set_is_part_of_the_partition(data_dir: Path, tmp_path: Pa
 def test_run_many_parallel_logs_every_run_in_order(data_dir: Path, tmp_path: Path) -> None:
     import mlflow
 
-    from bench.runner.executor import run_many
+    from bench.runner.parallel import run_many
 
     configs = [small_config(seed=s, training={"rounds": 1}, tracking={"mlflow": True, "experiment": "many"})
                for s in (3, 1, 2)]
     requests = [RunRequest(c, tmp_path / f"s{c.seed}", data_dir) for c in configs]
-    metrics = run_many(requests, jobs=2)
+    metrics = run_many(requests, 2)
     assert [m["seed"] for m in metrics] == [3, 1, 2]
     runs = mlflow.search_runs(experiment_names=["many"], output_format="list", order_by=["attributes.start_time"])
     assert [(r.data.tags["seed"], r.info.status) for r in runs] == [("3", "FINISHED"), ("1", "FINISHED"),
@@ -369,7 +369,7 @@ def test_parallel_runs_into_a_new_store_lose_nothing_and_sync_logs_what_mlflow_l
 
 
 def test_run_many_reports_every_round_and_every_run_in_this_process(data_dir: Path, tmp_path: Path) -> None:
-    from bench.runner.executor import run_many
+    from bench.runner.parallel import run_many
 
     requests = [RunRequest(small_config(seed=s, training={"rounds": 2}), tmp_path / f"s{s}", data_dir) for s in (0, 1)]
     for jobs in (1, 2):

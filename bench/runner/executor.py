@@ -1,18 +1,13 @@
-"""Executing runs: one in this process with its records written, or many in parallel processes.
-
-Results never depend on the executor: each run derives all randomness from its own seed and runs
-single-threaded by default, and results are returned in the order the configs were given.
-"""
+"""Executing one run with its records written (:func:`run_experiment`), as a worker of many
+(:func:`run_quiet`), and the description of where many runs execute (:class:`Executor`,
+:mod:`bench.runner.parallel`)."""
 from __future__ import annotations
 
 import json
-import multiprocessing
-import threading
-from concurrent.futures import ProcessPoolExecutor
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from bench.config import ExperimentConfig
 from bench.runner.checkpoint import remove_checkpoint
@@ -69,7 +64,7 @@ DoneFn = Callable[[int, "dict[str, Any] | str"], None]
 """``(request index, metrics or the reason it failed)``: a run ended."""
 
 
-def _run_quiet(request: RunRequest, index: int = 0, rounds: Any = None) -> dict[str, Any] | str:
+def run_quiet(request: RunRequest, index: int = 0, rounds: Any = None) -> dict[str, Any] | str:
     """One run in a worker; ``rounds`` (a queue) hears ``(index, round)`` after every round."""
     progress = None if rounds is None else (lambda t, row: rounds.put((index, t)))
     try:
@@ -78,53 +73,31 @@ def _run_quiet(request: RunRequest, index: int = 0, rounds: Any = None) -> dict[
         return f"{request.out_dir}: {exc}"
 
 
-def run_many(requests: list[RunRequest], jobs: int = 1, on_round: RoundFn | None = None,
-             on_done: DoneFn | None = None) -> list[dict[str, Any]]:
-    """Run every request (``jobs`` processes at once); results in request order. ``on_round`` and
-    ``on_done`` are called in this process as runs progress and end.
-
-    Worker processes only train and write records; this process logs every run to MLflow from
-    those records, in request order, so workers never import MLflow and the store sees one writer.
-    Raises :class:`BenchError` listing every failed run after all have finished."""
-    def record(outcomes: Iterator[dict[str, Any] | str]) -> list[dict[str, Any] | str]:
-        done = []
-        for index, (request, outcome) in enumerate(zip(requests, outcomes)):  # logging overlaps the runs still going
-            if request.config.tracking.mlflow:
-                log_mlflow(request.config, request.out_dir)
-            if on_done is not None:
-                on_done(index, outcome)
-            done.append(outcome)
-        return done
-
-    if jobs <= 1 or len(requests) <= 1:
-        outcomes = record(_run_quiet(r, i, _Direct(on_round) if on_round else None) for i, r in enumerate(requests))
-    else:
-        with multiprocessing.Manager() as manager, ProcessPoolExecutor(
-                max_workers=jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
-            rounds = manager.Queue() if on_round else None
-            listener = threading.Thread(target=_listen, args=(rounds, on_round), daemon=True) if rounds else None
-            if listener:
-                listener.start()
-            outcomes = record(pool.map(_run_quiet, requests, range(len(requests)), [rounds] * len(requests)))
-            if listener:
-                rounds.put(None)
-                listener.join()
-    failures = [o for o in outcomes if isinstance(o, str)]
-    if failures:
-        raise BenchError(f"{len(failures)} of {len(requests)} runs failed:\n  " + "\n  ".join(failures))
-    return [o for o in outcomes if isinstance(o, dict)]
-
-
 @dataclass(frozen=True)
-class _Direct:
-    """A queue stand-in that calls ``on_round`` at once (serial runs in this process)."""
+class Executor:
+    """Where a suite's runs execute (results never depend on it).
 
-    on_round: RoundFn
+    ``serial``: one after another in this process. ``processes``: ``jobs`` single-threaded spawned
+    processes on this machine. ``ray``: Ray tasks on the cluster at ``ray_address`` (None: a local
+    cluster of ``jobs`` CPUs started for the suite), each declaring ``cpus_per_run`` CPUs and
+    ``gpus_per_run`` GPUs (a fraction lets several small runs share a GPU) and retried up to
+    ``max_retries`` times when its worker or node dies — the retry resumes from the run's last
+    checkpoint, which must therefore be on storage every node sees (see docs/scale.md)."""
 
-    def put(self, item: tuple[int, int]) -> None:
-        self.on_round(*item)
+    kind: Literal["serial", "processes", "ray"] = "processes"
+    jobs: int = 2
+    ray_address: str | None = None
+    cpus_per_run: float = 1.0
+    gpus_per_run: float = 0.0
+    max_retries: int = 3
+
+    def describe(self) -> str:
+        if self.kind == "ray":
+            return f"Ray ({self.ray_address or f'local cluster, {self.jobs} CPUs'})"
+        return "1 process" if self.kind == "serial" or self.jobs <= 1 else f"{self.jobs} processes"
 
 
-def _listen(rounds: Any, on_round: RoundFn) -> None:
+def listen(rounds: Any, on_round: RoundFn) -> None:
+    """Call ``on_round`` for every ``(index, round)`` a queue hears, until it hears None."""
     while (item := rounds.get()) is not None:
         on_round(*item)

@@ -3,7 +3,8 @@
 A suite is described by a params file (the root ``params.yaml`` for the default suite,
 ``pipelines/<paper>/params.yaml`` for a paper) with this shape::
 
-    suite:    {name, seeds, jobs, paper: <optional: a paper of PAPERS whose tables this suite makes>,
+    suite:    {name, seeds, jobs, executor: serial|processes|ray, ray: {address, cpus_per_run, gpus_per_run,
+               max_retries}, paper: <optional: a paper of PAPERS whose tables this suite makes>,
                statistics: [<statistic name>, ...],   # pinned and compared (default: DEFAULT_STATISTICS)
                base: <experiment config shared by every run>}
     settings: {<setting>: <config overlay: partition, dataset, model, budget, ...>, ...}   # columns
@@ -32,7 +33,7 @@ import copy
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -48,12 +49,24 @@ PAPERS: dict[str, Paper] = {paper.definition.name: paper for paper in (fedhkd.PA
 DEFAULT_STATISTICS = ("final_global_acc", "last5_global_acc", "final_local_acc", "last5_local_acc")
 
 
+class RaySection(BaseModel):
+    """Ray settings (``executor: ray``); docs/scale.md."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    address: str | None = Field(None, description="an existing cluster (e.g. 'auto', 'head:6379'); None: a local one")
+    cpus_per_run: float = Field(1.0, gt=0)
+    gpus_per_run: float = Field(0.0, ge=0, description="a fraction lets several runs share one GPU")
+    max_retries: int = Field(3, ge=0, description="retries of a run whose worker or node died (it resumes)")
+
+
 class SuiteSection(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     name: str
     paper: str | None = Field(None, description="the paper (a key of PAPERS) whose tables this suite makes")
     seeds: list[int] = Field(min_length=1)
-    jobs: int = Field(2, ge=1, description="parallel single-threaded run processes")
+    jobs: int = Field(2, ge=1, description="parallel single-threaded runs (processes, or a local Ray cluster's CPUs)")
+    executor: Literal["serial", "processes", "ray"] = Field("processes", description="where runs execute")
+    ray: RaySection = Field(default_factory=lambda: RaySection())
     statistics: list[Statistic] = Field(
         default_factory=lambda: [Statistic.model_validate(s) for s in DEFAULT_STATISTICS],
         description="pinned and compared for every run; the paper's cells add theirs")
