@@ -13,7 +13,7 @@ from bench.config import ExperimentConfig
 from bench.runner.checkpoint import remove_checkpoint
 from bench.runner.federation import ProgressFn, run_federation
 from bench.errors import BenchError, Diverged
-from bench.tracking import clear_run, log_mlflow, warm_mlflow, write_failure, write_run
+from bench.tracking import clear_run, log_mlflow, write_failure, write_run
 
 
 @dataclass(frozen=True)
@@ -37,7 +37,7 @@ def run_experiment(request: RunRequest, progress: ProgressFn | None = None, mlfl
     A run whose folder holds a checkpoint of the same run resumes from it. A diverged run writes
     ``failure.json`` (never ``metrics.json``), is marked FAILED in MLflow and re-raises :class:`Diverged`."""
     cfg = request.config
-    warming = warm_mlflow(cfg.tracking.experiment) if mlflow and cfg.tracking.mlflow else None
+    log = mlflow and cfg.tracking.mlflow
     clear_run(request.out_dir)
     try:
         result = run_federation(cfg, request.data_dir, request.partition_dir, progress,
@@ -45,15 +45,13 @@ def run_experiment(request: RunRequest, progress: ProgressFn | None = None, mlfl
     except Diverged as exc:
         write_failure(request.out_dir, cfg, str(exc))
         remove_checkpoint(request.out_dir)
-        if warming:
-            warming.join()
+        if log:
             log_mlflow(cfg, request.out_dir)
         raise
     write_run(result, request.out_dir)
     if not request.keep_checkpoint:
         remove_checkpoint(request.out_dir)
-    if warming:
-        warming.join()
+    if log:
         log_mlflow(cfg, request.out_dir)
     return json.loads((Path(request.out_dir) / "metrics.json").read_text())
 

@@ -12,7 +12,6 @@ import os
 import platform
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterator
 from functools import lru_cache
@@ -179,20 +178,6 @@ def init_mlflow(experiment: str) -> str:
 
     with store_lock():
         return _retrying(create)
-
-
-def warm_mlflow(experiment: str) -> threading.Thread:
-    """Import MLflow and open the store (creating it and the experiment if new) on a background thread,
-    so that this fixed cost — about 3 s in a fresh process — overlaps a run instead of following it.
-    Join the thread before :func:`log_mlflow`; an error here is left for :func:`log_mlflow` to meet
-    and report."""
-    def warm() -> None:
-        with contextlib.suppress(Exception):
-            init_mlflow(experiment)
-
-    thread = threading.Thread(target=warm, name="mlflow-warm-up", daemon=True)
-    thread.start()
-    return thread
 
 
 def log_mlflow(config: Any, out_dir: str | Path) -> None:
