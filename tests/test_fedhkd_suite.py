@@ -88,6 +88,8 @@ def test_paper_ranks() -> None:
 @pytest.mark.parametrize("profile, settings", [
     ("paper", ["svhn-m10", "svhn-m20", "svhn-m50", "cifar10-m10", "cifar10-m20", "cifar10-m50", "cifar100-m10",
                "cifar100-m20", "cifar100-m50", "cifar10-b0.2", "cifar10-b5", "svhn-b0.2", "svhn-b5"]),
+    ("paper_code", ["svhn-m10", "svhn-m20", "svhn-m50", "cifar10-m10", "cifar10-m20", "cifar10-m50", "cifar100-m10",
+                    "cifar100-m20", "cifar100-m50", "cifar10-b0.2", "cifar10-b5", "svhn-b0.2", "svhn-b5"]),
     ("proxy", ["m5", "m10", "m20", "m10-b0.2", "m10-b5"]),
 ])
 def test_every_setting_is_a_table_column(profile: str, settings: list[str]) -> None:
@@ -106,6 +108,27 @@ def test_paper_profile_follows_the_protocol() -> None:
     t = cfg.training
     assert (t.rounds, t.local_epochs, t.batch_size, t.optimizer.name, t.optimizer.lr) == (50, 5, 64, "adam", 0.001)
     assert (t.lr_decay.every, t.lr_decay.factor, cfg.algorithm.params["mu"]) == (10, 0.5, 0.5)
+
+
+def test_paper_code_profile_differs_from_paper_in_the_lr_schedule_only() -> None:
+    """The released code's protocol (§3.9, A6): the same runs as `paper`, lr constant; a suite of its own."""
+    paper, code = (load_suite(PARAMS, overrides=[f"profile={p}"]) for p in ("paper", "paper_code"))
+    assert code.name == "fedhkd-paper_code" and code.methods == paper.methods
+    for method in ("fedavg", "fedhkd_nu", "fedhkd_code"):
+        ours, theirs = code.config(method, "svhn-b5", 1).to_dict(), paper.config(method, "svhn-b5", 1).to_dict()
+        assert ours["training"].pop("lr_decay")["every"] is None and theirs["training"].pop("lr_decay")["every"] == 10
+        assert ours["training"]["grad_clip"] == 1.1
+        same = lambda cfg: {k: v for k, v in cfg.items() if k not in ("name", "tracking")}  # noqa: E731
+        assert same(ours) == same(theirs)
+
+
+def test_nu_row_is_the_method_as_printed() -> None:
+    """FedHKD with the sharing threshold ν = 0.25 of A.1 / Algorithm 1; the recommended row shares every class."""
+    suite = load_suite(PARAMS, overrides=["profile=paper"])
+    nu, fedhkd_ = (suite.config(m, "cifar10-m10", 0).algorithm.params for m in ("fedhkd_nu", "fedhkd"))
+    assert (nu["nu_mode"], nu["nu"], fedhkd_["nu_mode"]) == ("fraction", 0.25, "none")
+    assert {k: v for k, v in nu.items() if k != "nu_mode"} == {k: v for k, v in fedhkd_.items() if k != "nu_mode"}
+    assert DEFINITION.label("fedhkd_nu") == "FedHKD (ν = 0.25, as printed)" and "fedhkd_nu" not in DEFINITION.methods
 
 
 def test_smoke_profile_end_to_end(tmp_path: Path) -> None:
