@@ -34,7 +34,7 @@ def test_measured_passes_count_each_methods_extra_work() -> None:
     assert costs["fedavg"].eval_images == cfg.training.rounds * (200 + sum(len(t) for t in real.local_test))
     table = cost_table(suite, 2.0)
     total = sum(c.flops for c in costs.values()) / 2e12 / 3600
-    assert table.splitlines()[-1] == f"| total |  |  | {total:.1f} |  |  |"
+    assert table.splitlines()[-1] == f"| total |  |  | {total:.3g} |  |  |"
     assert "GPU-hours at an assumed sustained 2 TFLOP/s" in table
 
 

@@ -18,6 +18,10 @@ A run's FLOPs = (training FLOPs per trained image) × (images trained) + (forwar
   configured, every client model on the global test set.
 
 FLOPs are counted as ``bench models`` counts them: matmuls and convolutions, a multiply-add as 2 FLOPs.
+Two limits, stated with the estimate in the pipelines' READMEs: a method's per-round fixed work (FedGen's
+generator training on the server) is counted per image of the measurement's small clients, which
+overstates it where the model is small; and the counter's figure for a backward pass is taken as
+it is (ShuffleNetV2 counts 5.9 forward-equivalents per trained image, ResNet-18 2.9).
 """
 from __future__ import annotations
 
@@ -189,9 +193,9 @@ def cost_table(suite: Suite, tflops: float | None = None) -> str:
         train = sum(c.train_flops_per_image * c.train_images for c in mine)
         ratio = None if (mt := measured_time(method)) is None or (rt := measured_time(reference)) is None else mt / rt
         rows.append([method, f"{sum(c.train_flops_per_image / c.forward_flops for c in mine) / len(mine):.2f}",
-                     f"{flops / seeds / len(mine) / 1e15:.2f}", f"{flops / (tflops * 1e12) / 3600:.2f}",
+                     f"{flops / seeds / len(mine) / 1e15:.3g}", f"{flops / (tflops * 1e12) / 3600:.3g}",
                      f"{train / base_train:.2f}", "—" if ratio is None else f"{ratio:.2f}"])
-    rows.append(["total", "", "", f"{total / (tflops * 1e12) / 3600:.1f}", "", ""])
+    rows.append(["total", "", "", f"{total / (tflops * 1e12) / 3600:.3g}", "", ""])
     return (f"suite {suite.name}: {len(suite.params.methods)} methods × {len(suite.params.settings)} settings × "
             f"{seeds} seeds; GPU-hours at an assumed sustained {tflops:g} TFLOP/s (--tflops)\n\n"
             + markdown_table(header, rows))
