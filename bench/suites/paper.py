@@ -322,7 +322,7 @@ class Claim:
 
 
 def pairs_claim(text: str, pairs: list[tuple[float | None, float | None]], need: Literal["all", "most"]) -> Claim:
-    """"a beats b" (strictly) in all or in most of the pairs that have both values."""
+    """The claim that a beats b (strictly) in all or in most of the pairs (a, b) that have both values."""
     valid = [(a, b) for a, b in pairs if a is not None and b is not None]
     wins = sum(a > b for a, b in valid)
     holds = None if not valid else (wins == len(valid) if need == "all" else wins > len(valid) / 2)
