@@ -180,7 +180,7 @@ def _suite_report(args: argparse.Namespace) -> int:
 def _suite_cost(args: argparse.Namespace) -> int:
     from bench.report.cost import cost_table
 
-    print(cost_table(_suite(args), args.tflops))
+    print(cost_table(_suite(args), args.tflops, args.data_dir))
     return 0
 
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -67,12 +68,12 @@ class RunCost:
         return self.train_flops_per_image * self.train_images + self.forward_flops * self.eval_images
 
 
-def stand_in(config: ExperimentConfig) -> str:
+def stand_in(config: ExperimentConfig, data_dir: Path | None = None) -> str:
     """The dataset a method's step is measured on: the run's own if it is embedded or prepared here, else
     an embedded dataset of the same image shape (same number of classes preferred)."""
     spec = get_dataset_spec(config.dataset.name)
     try:
-        load_dataset(config.dataset.name)
+        load_dataset(config.dataset.name, data_dir)
         return config.dataset.name
     except BenchError:
         pass
@@ -102,22 +103,22 @@ def _measurement(config: ExperimentConfig, dataset: str, rounds: int) -> Experim
     return build_config(raw)
 
 
-def _counted(config: ExperimentConfig) -> int:
+def _counted(config: ExperimentConfig, data_dir: Path | None) -> int:
     with FlopCounterMode(display=False) as counter:
-        run_federation(config)
+        run_federation(config, data_dir)
     return int(counter.get_total_flops())
 
 
 _MEASURED: dict[str, float] = {}  # measurement config sha256 -> training FLOPs per trained image
 
 
-def _train_flops_per_image(measured: ExperimentConfig) -> float:
+def _train_flops_per_image(measured: ExperimentConfig, data_dir: Path | None) -> float:
     """FLOPs of round 2 of ``measured`` (a 2-round measurement config) per image it trained; measured
     once per process (settings that differ only in their partition share it)."""
     if measured.sha256 not in _MEASURED:
         one = _measurement(measured, measured.dataset.name, 1)
-        partition = partition_for(measured, load_dataset(measured.dataset.name), None)
-        _MEASURED[measured.sha256] = (_counted(measured) - _counted(one)) / _images_per_round(
+        partition = partition_for(measured, load_dataset(measured.dataset.name, data_dir), None)
+        _MEASURED[measured.sha256] = (_counted(measured, data_dir) - _counted(one, data_dir)) / _images_per_round(
             measured, [len(t) for t in partition.train])
     return _MEASURED[measured.sha256]
 
@@ -142,7 +143,7 @@ def _paper_sizes(config: ExperimentConfig) -> tuple[list[int], list[int]]:
     return [len(t) for t in part.train], [len(t) for t in part.local_test]
 
 
-def run_cost(config: ExperimentConfig, method: str, setting: str) -> RunCost:
+def run_cost(config: ExperimentConfig, method: str, setting: str, data_dir: Path | None = None) -> RunCost:
     spec = get_dataset_spec(config.dataset.name)
     entry = get_model_entry(config.model.name)
     with torch.device("meta"):
@@ -152,27 +153,28 @@ def run_cost(config: ExperimentConfig, method: str, setting: str) -> RunCost:
     ev = config.evaluation
     per_round = ev.global_model * spec.num_test + ev.local_models * sum(local_test) \
         + ev.clients_on_global_test * len(train) * spec.num_test
-    return RunCost(method, setting, _train_flops_per_image(_measurement(config, stand_in(config), 2)),
+    measured = _measurement(config, stand_in(config, data_dir), 2)
+    return RunCost(method, setting, _train_flops_per_image(measured, data_dir),
                    forward_flops(model, entry.kind, spec.image_shape),
                    math.ceil(fraction * config.training.rounds * _images_per_round(config, train)),
                    len(evaluation_rounds(config)) * per_round)
 
 
-def suite_costs(suite: Suite) -> list[RunCost]:
+def suite_costs(suite: Suite, data_dir: Path | None = None) -> list[RunCost]:
     """Every run's cost (one per method and setting: seeds cost the same)."""
     seed = suite.params.suite.seeds[0]
-    return [run_cost(suite.config(method, setting, seed), method, setting)
+    return [run_cost(suite.config(method, setting, seed), method, setting, data_dir)
             for method in suite.params.methods for setting in suite.params.settings]
 
 
-def cost_table(suite: Suite, tflops: float | None = None) -> str:
+def cost_table(suite: Suite, tflops: float | None = None, data_dir: Path | None = None) -> str:
     """Per method: forward passes per trained image (measured), FLOPs and GPU-hours of all its runs at
     ``tflops`` sustained TFLOP/s (default :data:`DEFAULT_TFLOPS`); the measured training time per round
     relative to the first method where the suite's runs exist (a check of the FLOP model's ratios); the total."""
     tflops = DEFAULT_TFLOPS if tflops is None else tflops
     if tflops <= 0:
         raise BenchError(f"--tflops {tflops:g}: the assumed throughput must be positive")
-    costs = suite_costs(suite)
+    costs = suite_costs(suite, data_dir)
     seeds = len(suite.params.suite.seeds)
     found, _ = find_runs(suite)
     reference = next(iter(suite.params.methods))
