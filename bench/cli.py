@@ -181,6 +181,13 @@ def _suite_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def _suite_cost(args: argparse.Namespace) -> int:
+    from bench.report.cost import cost_table
+
+    print(cost_table(_suite(args), args.tflops, args.data_dir))
+    return 0
+
+
 def _pin(args: argparse.Namespace) -> int:
     from bench.report.pinned import default_pinned_path, pin, pin_warnings
 
@@ -300,6 +307,10 @@ def build_parser() -> argparse.ArgumentParser:
                        "none: a local cluster of --jobs CPUs)")
     suite_command("report", "write summary tables (Markdown, CSV, metrics.json), learning curves (CSV, PNG)",
                   _suite_report).add_argument("--out", type=Path, help="folder (default: <root>/reports/<suite>)")
+    suite_command("cost", "estimate the FLOPs and GPU-hours of the suite's runs before running them (methods' "
+                  "training FLOPs measured on a stand-in of each setting's data)", _suite_cost).add_argument(
+        "--tflops", type=float, default=None, help="assumed sustained TFLOP/s of one GPU (default: "
+        "DEFAULT_TFLOPS of bench/report/cost.py, which states where it comes from)")
     pin = suite_command("pin", "rewrite the suite's pinned values from its runs (deliberately)", _pin, sub)
     pin.add_argument("--out", type=Path, help="pinned file (default: reports/pinned/<suite>.json beside --params)")
     pin.add_argument("--per-seed-tol", type=float, help="absolute tolerance per seed in another environment "

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from pydantic import ValidationError
 
 from bench.cli import main
 from bench.errors import BenchError
@@ -200,3 +201,49 @@ def test_rank_of_not_reached_is_last(definition: PaperDefinition) -> None:
                       {("fedavg", "dir-90", "rounds"): math.inf, ("fedprox", "dir-90", "rounds"): 12.0})
     column = results.column("dir-90")
     assert (results.rank("fedavg", column, "rounds"), results.rank("fedprox", column, "rounds")) == (2, 1)
+
+
+def test_ranks_are_among_the_papers_rows_only(definition: PaperDefinition) -> None:
+    """A suite method that is not a row of the paper's tables (a code-mode variant) is shown but unranked,
+    and does not move the ranks of the paper's rows."""
+    results = Results(definition, ["fedavg", "fedprox", "variant"], definition.columns_for(["dir"]),
+                      {("fedavg", "dir-50", "rounds"): 3.0, ("fedprox", "dir-50", "rounds"): 2.0,
+                       ("variant", "dir-50", "rounds"): 1.0})
+    column = results.column("dir-50")
+    assert [results.rank(m, column, "rounds") for m in ("fedavg", "fedprox", "variant")] == [2, 1, None]
+
+
+@pytest.mark.parametrize("within, verdict, marks", [
+    # Max: ours 90 (FedAvg, FedProx) and 80 (Standalone) in both columns; printed: FedAvg 91/88, FedProx 90/89,
+    # Standalone 70/75 -> |Δ| 1, 2, 0, 1, 10, 5; CF: 3 cells with |Δ| 0 (FedProx's DIR is low-confidence)
+    (5.0, "**fail**: 8 of 9 cells within ±5 of the printed value (7 within ±3)", ("✗", "~")),
+    (10.0, "**pass**: 9 of 9 cells within ±10 of the printed value (7 within ±3)", ("~", "~")),
+])
+def test_acceptance_band_on_fabricated_runs(root: Path, definition: PaperDefinition, within: float, verdict: str,
+                                            marks: tuple[str, str]) -> None:
+    """The band is checked per cell of the paper's own columns, counted, and gives one pass/fail line;
+    low-confidence cells are left out (FedProx's CF on DIR)."""
+    raw = yaml.safe_load(DEFINITION)
+    raw["acceptance"] = {"source": "tests", "measures": ["max", "cf"], "within": within, "tight": 3.0}
+    raw["tables"]["fairness"]["printed"][0]["rows"] = {  # CF printed only where ours is 100 or -100 ± 0
+        "standalone": [70.0, 75.0, None, None], "fedavg": [91.0, 88.0, 100.0, 100.0],
+        "fedprox": [90.0, 89.0, -100.0, 10.0]}
+    PAPERS["demo"] = Demo(PaperDefinition.model_validate(raw))
+    assert main(["suite", "report", "--params", str(root / "params.yaml")]) == 0
+    paper = (root / "reports" / "demo" / "paper.md").read_text()
+    assert f"## Acceptance band (tests)\n\n{verdict}; pass needs every cell within ±{within:g}." in paper
+    assert paper.count(" ✓ |") == 4 + 3
+    assert "| Standalone | 80.00 ± 0.00 | — | 70.00 | 10.00 " + marks[0] + " |" in paper
+    assert "| Standalone | 80.00 ± 0.00 | — | 75.00 | 5.00 " + marks[1] + " |" in paper
+    assert "| FedProx | 90.00 ± 0.00 | — | 89.00 | 1.00 ✓ | -100.00 ± 0.00 | — | 10.00‡ | -110.00 |" in paper
+    assert ("| Standalone | IID | Max | 80.00 | 70.00 | 10.00 |" in paper) == (within == 5.0)
+
+
+def test_acceptance_band_definition_errors() -> None:
+    raw = yaml.safe_load(DEFINITION)
+    raw["acceptance"] = {"source": "x", "measures": ["accuracy"], "within": 5}
+    with pytest.raises(ValidationError, match=r"acceptance.measures: \['accuracy'\] are not measures"):
+        PaperDefinition.model_validate(raw)
+    raw["acceptance"] = {"source": "x", "measures": ["max"], "within": 3, "tight": 5}
+    with pytest.raises(ValidationError, match=r"tight \(5.0\) is wider than within \(3.0\)"):
+        PaperDefinition.model_validate(raw)

@@ -10,7 +10,9 @@ import math
 from bench.report.pinned import PinnedFile
 from bench.report.runs import RunKey, RunRecord, statistic_value
 from bench.suites import Suite
-from bench.suites.paper import TIME_RATIO, Measure, Paper, ReportColumn, Results, Section
+from bench.config import ExperimentConfig
+from bench.suites.paper import TIME_RATIO, BandCell, Measure, Paper, PaperDefinition, ReportColumn, Results, Section, \
+    band_cells
 from bench.suites.statistics import Statistic, aggregate
 
 Cells = dict[tuple[str, str, str], tuple[float, float | None]]  # (method, column, measure) -> (mean, spread)
@@ -85,17 +87,26 @@ def paper_markdown(suite: Suite, runs: dict[RunKey, RunRecord], summary: dict[st
     cells = our_cells(suite, runs, columns)
     ours, printed = our_results(suite, columns, cells, summary), paper.printed()
     seeds = suite.params.suite.seeds
-    dataset = suite.config(next(iter(suite.params.methods)), columns[0].setting, seeds[0]).dataset.name \
-        if columns else "?"
+    first = suite.config(next(iter(suite.params.methods)), columns[0].setting, seeds[0]) if columns else None
+    dataset = first.dataset.name if first else "?"
+    bands = {(c.method, c.column.key, c.measure): c for c in band_cells(d, ours)}
+    unranked = [d.label(m) for m in suite.params.methods if m not in d.methods]
+    band = d.acceptance
+    band_note = "" if band is None else (
+        f" with the acceptance band (✓: within ±{band.tight:g}, ~: within ±{band.within:g}, ✗: outside)"
+        if band.tight is not None else f" with the acceptance band (✓: within ±{band.within:g}, ✗: outside)")
     parts = [f"# {d.title} — paper tables, suite `{suite.name}`",
+             *([protocol_line(suite.params.profile, first)] if first else []),
              (f"Each cell: ours (mean ± std over seeds {seeds}), the pinned mean, the paper's value ({d.source}) and "
-              "the difference Δ. Ranks: ours among this suite's methods (the paper's among its own rows)."
+              f"the difference Δ{band_note}. Ranks: among the paper's {len(d.methods)} methods, ours and (in "
+              "brackets) the paper's."
               if ours.by_value else
               f"This profile runs the paper's methods and protocol on `{dataset}` instead of the paper's datasets, "
               f"so its numbers are not comparable with the paper's: each cell shows ours (mean ± std over seeds "
               f"{seeds}) and the pinned mean, and the paper's values ({d.source}) of the columns it stands for "
               f"({' / '.join(d.groups.values()) or 'in order'}) for orientation; the ranks (ours; paper per column "
-              "it stands for) and the claims below are the comparison."),
+              f"it stands for, among the paper's {len(d.methods)} methods) and the claims below are the comparison.")
+             + (f" Not ranked (not rows of the paper's tables): {', '.join(unranked)}." if unranked else ""),
              "†: secondary statistic (optimistic: it selects on the test set). ‡: a printed value the spec "
              "doubts (low confidence).",
              *([provenance] if provenance else [])]
@@ -124,7 +135,9 @@ def paper_markdown(suite: Suite, runs: dict[RunKey, RunRecord], summary: dict[st
                                        for key, v in zip(column.stands_for, values))]
                     if ours.by_value:
                         delta = None if mean is None or values[0] is None else mean * measure.scale - values[0]
-                        row.append(_fmt(delta, measure.digits))
+                        checked = bands.get((method, column.key, m))
+                        row.append(_fmt(delta, measure.digits) + ("" if checked is None or band is None else
+                                                                   " " + MARKS[band.grade(checked.delta)]))
                 ranks = [f"{ours.rank(method, column, m) or '—'} ("
                          + "/".join(str(printed.rank(method, printed.column(key), m) or "—")
                                     for key in column.stands_for) + ")" for m in table.measures]
@@ -139,6 +152,8 @@ def paper_markdown(suite: Suite, runs: dict[RunKey, RunRecord], summary: dict[st
             parts.append(markdown_table(header, rows))
 
     parts += [_section(s) for s in paper.sections(suite, ours)]
+    if band is not None:
+        parts += [acceptance_section(d, ours, list(bands.values()))]
     parts += [ranking_section(paper, ours, printed)]
     verdict = {True: "**holds**", False: "**fails**", None: "not measured"}
     parts += ["## The paper's claims",
@@ -149,20 +164,66 @@ def paper_markdown(suite: Suite, runs: dict[RunKey, RunRecord], summary: dict[st
     return "\n\n".join(parts) + "\n"
 
 
+MARKS = {"tight": "✓", "within": "~", "outside": "✗"}
+
+
+def protocol_line(profile: str | None, config: ExperimentConfig) -> str:
+    """Which profile and protocol produced the runs, read from a run's config (methods may override it)."""
+    t = config.training
+    schedule = ("constant" if t.lr_decay.every is None
+                else f"×{t.lr_decay.factor:g} every {t.lr_decay.every} rounds")
+    length = f"{t.local_epochs} local epochs" if t.local_steps is None else f"{t.local_steps} local steps"
+    return (f"Profile `{profile or 'none (the params file top level)'}`. Protocol (from the runs' configs): "
+            f"{t.rounds} rounds, {length} of batch {t.batch_size}{' (drop_last)' if t.drop_last else ''}, "
+            f"{t.optimizer.name} lr {t.optimizer.lr:g} ({schedule}), gradient clipping "
+            f"{'none' if t.grad_clip is None else f'at norm {t.grad_clip:g}'}, device {config.device}.")
+
+
+def acceptance_section(d: PaperDefinition, ours: Results, cells: list[BandCell]) -> str:
+    """Per cell of the paper's own columns, whether ours lies within the acceptance band; the count and a
+    pass/fail line (pass: every checked cell within the band). Where the columns are analogues (a
+    scaled-down profile), the check does not apply and the section says so."""
+    band = d.acceptance
+    assert band is not None
+    title = f"## Acceptance band ({band.source})"
+    if not ours.by_value:
+        return "\n\n".join([title, "The band check does not apply: this profile's columns are analogues of the "
+                              "paper's, on other data, so their numbers are not comparable with the printed ones. "
+                              "It applies to a profile that runs the paper's own columns."])
+    grades = [band.grade(c.delta) for c in cells]
+    inside, tight = sum(g != "outside" for g in grades), sum(g == "tight" for g in grades)
+    verdict = "**pass**" if cells and inside == len(cells) else "**fail**" if cells else "not measured"
+    outside = []
+    for cell, grade in zip(cells, grades):
+        measure = d.tables[cell.column.table].measures[cell.measure]
+        if grade == "outside":
+            outside.append([d.label(cell.method), cell.column.label, measure.label,
+                            *(_fmt(v, measure.digits) for v in (cell.ours, cell.printed, cell.delta))])
+    lines = [title,
+             f"{verdict}: {inside} of {len(cells)} cells within ±{band.within:g} of the printed value"
+             + (f" ({tight} within ±{band.tight:g})" if band.tight is not None else "")
+             + f"; pass needs every cell within ±{band.within:g}. Checked: the measures "
+             f"{', '.join(band.measures)} of the paper's {len(d.methods)} methods in the paper's columns this suite "
+             "runs, low-confidence printed values (‡) left out."]
+    if outside:
+        lines.append(markdown_table(["method", "column", "measure", "ours", "paper", "Δ"], outside))
+    return "\n\n".join(lines)
+
+
 def ranking_section(paper: Paper, ours: Results, printed: Results) -> str:
     """The proposed method's rank among the paper's methods in every cell, ours beside the paper's."""
     d = paper.definition
-    focus, among = d.proposed, list(d.methods)
+    focus = d.proposed
     rows, mine, theirs = [], [], []
     for column in ours.columns:
         for m, measure in d.tables[column.table].measures.items():
-            rank = ours.rank(focus, column, m, among)
+            rank = ours.rank(focus, column, m)
             printed_ranks = [r for key in column.stands_for if (r := printed.rank(focus, printed.column(key), m))]
             mine += [rank] if rank else []
             theirs += printed_ranks
             rows.append([column.label, measure.label, str(rank or "—"), " / ".join(map(str, printed_ranks)) or "—"])
     mean = lambda ranks: f"{sum(ranks) / len(ranks):.1f}" if ranks else "—"  # noqa: E731
-    return "\n\n".join([f"## {d.label(focus)}'s rank among the paper's {len(among)} methods",
+    return "\n\n".join([f"## {d.label(focus)}'s rank among the paper's {len(d.methods)} methods",
                         f"Mean rank: ours {mean(mine)}, the paper's {mean(theirs)} (1 = best; the paper's ranks are "
                         "those of the columns each of ours stands for).",
                         markdown_table(["column", "measure", "ours", "paper"], rows)])

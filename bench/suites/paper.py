@@ -6,7 +6,9 @@ measured on one suite setting) and the paper's printed values, transcribed as pr
 (:class:`Block`). So every cell names (method, setting, metric, statistic) and carries the printed
 value (None where the paper prints none). ``analogues`` are the columns of scaled-down profiles:
 each stands for paper columns and is compared with them by rank and by the paper's claims, not by
-value.
+value. ``acceptance`` is the band a cell of the paper's own columns must lie in around the printed
+value (:func:`band_cells`). Ranks are always among the paper's rows (``methods``): a suite's other
+methods (e.g. a code-mode variant) are shown but unranked.
 
 :class:`Paper` is what the paper module (``bench/suites/<paper>.py``) provides: the definition,
 the paper's claims as functions over :class:`Results` (ours, or the paper's own tables), and extra
@@ -85,6 +87,30 @@ class Block(_Strict):
     rows: dict[str, list[float | None]] = Field(min_length=1)
 
 
+class Acceptance(_Strict):
+    """The acceptance band of the paper's own columns: a cell passes when |ours − printed| ≤ ``within``
+    (in printed units); the cells within ``tight`` are counted too (e.g. specs/fedhkd.md §10 (a):
+    ±3–5 points). Low-confidence cells are left out."""
+
+    source: str = Field(description="where the band is stated")
+    measures: list[str] = Field(min_length=1, description="the measures checked (keys of the tables' measures)")
+    within: float = Field(gt=0)
+    tight: float | None = Field(None, gt=0)
+
+    @model_validator(mode="after")
+    def _order(self) -> Acceptance:
+        if self.tight is not None and self.tight > self.within:
+            raise ValueError(f"acceptance.tight ({self.tight}) is wider than within ({self.within})")
+        return self
+
+    def grade(self, delta: float) -> Literal["tight", "within", "outside"]:
+        """Where a difference ours − printed lies (compared at 9 decimals: printed values are short)."""
+        distance = round(abs(delta), 9)
+        if self.tight is not None and distance <= self.tight:
+            return "tight"
+        return "within" if distance <= self.within else "outside"
+
+
 class Table(_Strict):
     title: str
     caption: str = ""
@@ -125,6 +151,7 @@ class PaperDefinition(_Strict):
     analogues: dict[str, Analogue] = Field(default_factory=dict)
     low_confidence: list[tuple[str, str, str]] = Field(default_factory=list, description=(
         "(method, column, measure) cells whose printed value the spec doubts"))
+    acceptance: Acceptance | None = None
     _values: dict[CellKey, float | None] = PrivateAttr(default_factory=dict)
     _extra: dict[tuple[str, str | None, str], float | None] = PrivateAttr(default_factory=dict)
 
@@ -160,6 +187,10 @@ class PaperDefinition(_Strict):
         for cell in self.low_confidence:
             if cell not in self._values:
                 raise ValueError(f"low_confidence: {list(cell)} is not a printed (method, column, measure)")
+        if self.acceptance is not None:
+            known = {m for table in self.tables.values() for m in table.measures}
+            if unknown := [m for m in self.acceptance.measures if m not in known]:
+                raise ValueError(f"acceptance.measures: {unknown} are not measures of the tables")
         return self
 
     def _transcribe(self, name: str, table: Table) -> None:
@@ -272,14 +303,14 @@ class Results:
         values = [v for c in self.table(table) if (v := self.value(method, c, measure)) is not None]
         return sum(values) / len(values) if values else None
 
-    def rank(self, method: str, column: ReportColumn | None, measure: str,
-             among: list[str] | None = None) -> int | None:
-        """1 + the number of methods (of ``among``, default all) strictly better in this cell."""
+    def rank(self, method: str, column: ReportColumn | None, measure: str) -> int | None:
+        """1 + the number of the paper's methods (its rows) strictly better in this cell; None for a
+        method that is not one of them (unranked) or has no value here."""
         mine = self.value(method, column, measure)
-        if column is None or mine is None:
+        if column is None or mine is None or method not in self.paper.methods:
             return None
         higher = self.paper.tables[column.table].measures[measure].statistic.higher_is_better
-        others = [v for m in among or self.methods if (v := self.value(m, column, measure)) is not None]
+        others = [v for m in self.paper.methods if (v := self.value(m, column, measure)) is not None]
         return 1 + sum((v > mine) if higher else (v < mine) for v in others)
 
 
@@ -288,6 +319,67 @@ class Claim:
     text: str
     holds: bool | None  # None: not measurable with these results
     evidence: str
+
+
+def pairs_claim(text: str, pairs: list[tuple[float | None, float | None]], need: Literal["all", "most"]) -> Claim:
+    """The claim that a beats b (strictly) in all or in most of the pairs (a, b) that have both values."""
+    valid = [(a, b) for a, b in pairs if a is not None and b is not None]
+    wins = sum(a > b for a, b in valid)
+    holds = None if not valid else (wins == len(valid) if need == "all" else wins > len(valid) / 2)
+    return Claim(text, holds, f"{wins}/{len(valid)}")
+
+
+def range_claim(text: str, value: float | None, low: float | None, high: float | None) -> Claim:
+    """``value`` (a ratio) lies within [low, high] (an open end: None)."""
+    if value is None:
+        return Claim(text, None, "—")
+    holds = (low is None or value >= low) and (high is None or value <= high)
+    return Claim(text, holds, f"{value:.2f}×")
+
+
+def stated_claim(text: str, items: list[tuple[str, float | None, float]], tolerance: float) -> Claim:
+    """Each (label, computed, stated) value is at least the stated one, less ``tolerance`` (the
+    paper's rounding); the evidence names those below. Not measured where nothing is computed."""
+    valid = [(label, c, s) for label, c, s in items if c is not None]
+    below = [f"{label} {c:+.1f} vs {s:+.1f}" for label, c, s in valid if c < s - tolerance]
+    evidence = f"{len(valid) - len(below)}/{len(valid)}" + (f"; below: {', '.join(below)}" if below else "")
+    return Claim(text, None if not valid else not below, evidence if valid else "—")
+
+
+@dataclass(frozen=True)
+class BandCell:
+    """One cell checked against the acceptance band: ours, the printed value (printed units), and
+    whether it lies within the band and within its tight part."""
+
+    method: str
+    column: ReportColumn
+    measure: str
+    ours: float
+    printed: float
+
+    @property
+    def delta(self) -> float:
+        return self.ours - self.printed
+
+
+def band_cells(definition: PaperDefinition, ours: Results) -> list[BandCell]:
+    """The cells of ``ours`` the acceptance band applies to: the paper's own columns (not analogues),
+    the band's measures, the paper's rows, both values present, not low-confidence."""
+    band = definition.acceptance
+    if band is None:
+        return []
+    out = []
+    for column in ours.columns:
+        if not column.exact:
+            continue
+        measures = definition.tables[column.table].measures
+        for name in (m for m in band.measures if m in measures):
+            for method in definition.methods:
+                mine, printed = ours.value(method, column, name), definition.value(method, column.key, name)
+                if mine is not None and printed is not None and \
+                        (method, column.key, name) not in definition.low_confidence:
+                    out.append(BandCell(method, column, name, mine * measures[name].scale, printed))
+    return out
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,203 @@
+"""What a suite's runs cost, estimated before running them (``bench suite cost``; specs/fedhkd.md §10
+"compute basis").
+
+A run's FLOPs = (training FLOPs per trained image) × (images trained) + (forward FLOPs per image) ×
+(images evaluated); GPU-hours = FLOPs / an assumed sustained throughput, stated with the estimate.
+
+- **Training FLOPs per trained image** are measured per method: torch's ``FlopCounterMode`` counts
+  every FLOP of a 2-round and a 1-round run of the method (its model, hyperparameters, local epochs,
+  batch size) on 2 clients of about 1.5 batches of a stand-in dataset (the run's dataset if prepared,
+  else an embedded one of the same image shape); the difference is round 2, where every method has
+  its whole objective, divided by the images it trained. Extra forward passes (MOON's frozen models, FedMD's public
+  batch), backward passes, knowledge extraction and server-side training (FedGen's generator) are
+  thereby counted, not assumed.
+- **Images trained**: rounds × local epochs (or steps × batch) × each client's train size (whole
+  batches only with ``drop_last``), with the setting's partition built on labels of the dataset's sizes
+  spread evenly over its classes (no data needed; exact for balanced datasets, an approximation otherwise).
+- **Images evaluated**: on every evaluated round, the global test set, the local test sets and, where
+  configured, every client model on the global test set.
+
+FLOPs are counted as ``bench models`` counts them: matmuls and convolutions, a multiply-add as 2 FLOPs.
+Two limits, stated with the estimate in the pipelines' READMEs: a method's per-round fixed work (FedGen's
+generator training on the server) is counted per image of the measurement's small clients, which
+overstates it where the model is small; and the counter's figure for a backward pass is taken as
+it is (ShuffleNetV2 counts 5.9 forward-equivalents per trained image, ResNet-18 2.9).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch.utils.flop_counter import FlopCounterMode
+
+from bench.config import ExperimentConfig
+from bench.data import dataset_names, get_dataset_spec, load_dataset
+from bench.data.partition import make_partition
+from bench.errors import BenchError
+from bench.experiment import build_config
+from bench.models import build_model, get_model_entry
+from bench.models.inventory import forward_flops
+from bench.report.paper_report import markdown_table
+from bench.report.runs import find_runs
+from bench.runner.federation import evaluation_rounds, partition_for, run_federation
+from bench.suites import Suite
+
+MEASURE_CLIENTS = 2
+DEFAULT_TFLOPS = 3.0
+"""Assumed sustained TFLOP/s of one GPU: specs/fedhkd.md §10 estimates (does not measure) 3-6 ms per
+ResNet-18 step of batch 64 on an H100 in eager PyTorch; a step counts 13.9 GFLOP here (64 images ×
+74.1 MFLOP × 2.93 for forward and backward), so 13.9 GFLOP / 4.5 ms ≈ 3 TFLOP/s."""
+
+
+@dataclass(frozen=True)
+class RunCost:
+    """One run's estimated FLOPs: training (per trained image × images) and evaluation."""
+
+    method: str
+    setting: str
+    train_flops_per_image: float
+    forward_flops: int
+    train_images: int
+    eval_images: int
+
+    @property
+    def flops(self) -> float:
+        return self.train_flops_per_image * self.train_images + self.forward_flops * self.eval_images
+
+
+def stand_in(config: ExperimentConfig, data_dir: Path | None = None) -> str:
+    """The dataset a method's step is measured on: the run's own if it is embedded or prepared here, else
+    an embedded dataset of the same image shape (same number of classes preferred)."""
+    spec = get_dataset_spec(config.dataset.name)
+    try:
+        load_dataset(config.dataset.name, data_dir)
+        return config.dataset.name
+    except BenchError:
+        pass
+    same = sorted((get_dataset_spec(n).num_classes != spec.num_classes, n) for n in dataset_names()
+                  if get_dataset_spec(n).embedded and get_dataset_spec(n).image_shape == spec.image_shape)
+    if not same:
+        raise BenchError(f"cost of {config.dataset.name}: it is not prepared here and no embedded dataset has its "
+                         f"image shape {spec.image_shape} to measure the methods on; prepare it first")
+    return same[0][1]
+
+
+def _measurement(config: ExperimentConfig, dataset: str, rounds: int) -> ExperimentConfig:
+    """``config`` for ``rounds`` rounds on 2 iid clients of ``dataset`` holding about 1.5 batches each
+    (the rest held out), a public set (if any) of one batch, and no evaluation."""
+    batch = config.training.batch_size
+    public = config.public.size and batch
+    per_client = (get_dataset_spec(dataset).num_train - public) / MEASURE_CLIENTS
+    raw = config.to_dict()
+    raw |= {"name": "cost", "seed": 0, "dataset": {"name": dataset}, "device": "cpu", "threads": 1,
+            "partition": {"scheme": "iid", "num_clients": MEASURE_CLIENTS, "seed": 0,
+                          "local_test_fraction": max(0.0, 1 - 1.5 * batch / per_client)},
+            "participation": {"fraction": 1.0}, "public": {"size": public, "source": "carve"},
+            "training": {**raw["training"], "rounds": rounds},
+            "evaluation": {**raw["evaluation"], "global_model": False, "local_models": False,
+                           "clients_on_global_test": False},
+            "tracking": {"mlflow": False}}
+    return build_config(raw)
+
+
+def _counted(config: ExperimentConfig, data_dir: Path | None) -> int:
+    with FlopCounterMode(display=False) as counter:
+        run_federation(config, data_dir)
+    return int(counter.get_total_flops())
+
+
+_MEASURED: dict[str, float] = {}  # measurement config sha256 -> training FLOPs per trained image
+
+
+def _train_flops_per_image(measured: ExperimentConfig, data_dir: Path | None) -> float:
+    """FLOPs of round 2 of ``measured`` (a 2-round measurement config) per image it trained; measured
+    once per process (settings that differ only in their partition share it)."""
+    if measured.sha256 not in _MEASURED:
+        one = _measurement(measured, measured.dataset.name, 1)
+        partition = partition_for(measured, load_dataset(measured.dataset.name, data_dir), None)
+        _MEASURED[measured.sha256] = (_counted(measured, data_dir) - _counted(one, data_dir)) / _images_per_round(
+            measured, [len(t) for t in partition.train])
+    return _MEASURED[measured.sha256]
+
+
+def _images_per_round(config: ExperimentConfig, sizes: list[int]) -> int:
+    """Images the clients train on in one round (every client takes part in the count)."""
+    t = config.training
+    if t.local_steps is not None:
+        return t.local_steps * t.batch_size * len(sizes)
+    per_epoch = [n // t.batch_size * t.batch_size if t.drop_last else n for n in sizes]
+    return t.local_epochs * sum(per_epoch)  # type: ignore[operator]
+
+
+def _paper_sizes(config: ExperimentConfig) -> tuple[list[int], list[int]]:
+    """Train and local-test sizes per client of the setting's partition, on evenly spread labels."""
+    spec = get_dataset_spec(config.dataset.name)
+    p = config.partition
+    labels = np.arange(spec.num_train - (config.public.size if config.public.source == "carve" else 0)) \
+        % spec.num_classes
+    part = make_partition(labels, spec.num_classes, p.scheme, p.num_clients, p.seed, p.scheme_params,
+                          p.local_test_fraction, test_labels=np.arange(spec.num_test) % spec.num_classes)
+    return [len(t) for t in part.train], [len(t) for t in part.local_test]
+
+
+def run_cost(config: ExperimentConfig, method: str, setting: str, data_dir: Path | None = None) -> RunCost:
+    spec = get_dataset_spec(config.dataset.name)
+    entry = get_model_entry(config.model.name)
+    with torch.device("meta"):
+        model = build_model(config.model.name, spec.image_shape, spec.num_classes, **config.model.kwargs)
+    train, local_test = _paper_sizes(config)
+    fraction = config.participation.fraction
+    ev = config.evaluation
+    per_round = ev.global_model * spec.num_test + ev.local_models * sum(local_test) \
+        + ev.clients_on_global_test * len(train) * spec.num_test
+    measured = _measurement(config, stand_in(config, data_dir), 2)
+    return RunCost(method, setting, _train_flops_per_image(measured, data_dir),
+                   forward_flops(model, entry.kind, spec.image_shape),
+                   math.ceil(fraction * config.training.rounds * _images_per_round(config, train)),
+                   len(evaluation_rounds(config)) * per_round)
+
+
+def suite_costs(suite: Suite, data_dir: Path | None = None) -> list[RunCost]:
+    """Every run's cost (one per method and setting: seeds cost the same)."""
+    seed = suite.params.suite.seeds[0]
+    return [run_cost(suite.config(method, setting, seed), method, setting, data_dir)
+            for method in suite.params.methods for setting in suite.params.settings]
+
+
+def cost_table(suite: Suite, tflops: float | None = None, data_dir: Path | None = None) -> str:
+    """Per method: forward passes per trained image (measured), FLOPs and GPU-hours of all its runs at
+    ``tflops`` sustained TFLOP/s (default :data:`DEFAULT_TFLOPS`); the measured training time per round
+    relative to the first method where the suite's runs exist (a check of the FLOP model's ratios); the total."""
+    tflops = DEFAULT_TFLOPS if tflops is None else tflops
+    if tflops <= 0:
+        raise BenchError(f"--tflops {tflops:g}: the assumed throughput must be positive")
+    costs = suite_costs(suite, data_dir)
+    seeds = len(suite.params.suite.seeds)
+    found, _ = find_runs(suite)
+    reference = next(iter(suite.params.methods))
+    header = ["method", "passes/trained image", "PFLOP per run (mean)", "GPU-h (all settings × seeds)",
+              f"FLOP ratio to {reference}", f"measured time ratio to {reference}"]
+
+    def measured_time(method: str) -> float | None:
+        times = [r.seconds_per_round for (m, _, _), r in found.items() if m == method]
+        return sum(times) / len(times) if times and len(times) == len(suite.params.settings) * seeds else None
+
+    rows, total = [], 0.0
+    base = [c for c in costs if c.method == reference]
+    base_train = sum(c.train_flops_per_image * c.train_images for c in base)
+    for method in suite.params.methods:
+        mine = [c for c in costs if c.method == method]
+        flops = sum(c.flops for c in mine) * seeds
+        total += flops
+        train = sum(c.train_flops_per_image * c.train_images for c in mine)
+        ratio = None if (mt := measured_time(method)) is None or (rt := measured_time(reference)) is None else mt / rt
+        rows.append([method, f"{sum(c.train_flops_per_image / c.forward_flops for c in mine) / len(mine):.2f}",
+                     f"{flops / seeds / len(mine) / 1e15:.3g}", f"{flops / (tflops * 1e12) / 3600:.3g}",
+                     f"{train / base_train:.2f}", "—" if ratio is None else f"{ratio:.2f}"])
+    rows.append(["total", "", "", f"{total / (tflops * 1e12) / 3600:.3g}", "", ""])
+    return (f"suite {suite.name}: {len(suite.params.methods)} methods × {len(suite.params.settings)} settings × "
+            f"{seeds} seeds; GPU-hours at an assumed sustained {tflops:g} TFLOP/s (--tflops)\n\n"
+            + markdown_table(header, rows))
