@@ -237,16 +237,17 @@ def _audit(args: argparse.Namespace) -> int:
 
 def _versus(args: argparse.Namespace) -> int:
     from bench.report.pinned import default_pinned_path, load_pinned
-    from bench.report.versus import compare_method, log_versus, versus_requests, write_versus
+    from bench.report.versus import (compare_method, default_baselines, log_versus, parse_statistic, versus_requests,
+                                     write_versus)
     from bench.runner.executor import run_many
     from bench.suites import load_suite
-    from bench.suites.statistics import Statistic
 
     probe = load_suite(args.params, args.root, args.set)
     added = [] if args.method in probe.params.methods else [f"methods.{args.method}.name={args.method}"]
     suite = load_suite(args.params, args.root, [*args.set, *added])
     pinned = None if args.from_runs else load_pinned(default_pinned_path(args.params, suite.name), suite)
-    baselines = args.baseline or [m for m in (pinned.values if pinned else probe.params.methods) if m != args.method]
+    statistic = parse_statistic(args.statistic)
+    baselines, skipped = (args.baseline, []) if args.baseline else default_baselines(suite, pinned, args.method, statistic)
     if args.method in baselines:
         raise BenchError(f"{args.method} is the method compared; leave it out of --baseline")
     out = args.out or Path("runs") / "versus" / suite.name / args.method
@@ -256,7 +257,7 @@ def _versus(args: argparse.Namespace) -> int:
     if requests:
         print(f"training {args.method}: {len(requests)} runs on the pinned partitions of suite {suite.name}", flush=True)
         run_many(requests, args.jobs or suite.params.suite.jobs)
-    result = compare_method(suite, args.method, out, Statistic.model_validate(args.statistic), baselines, pinned)
+    result = compare_method(suite, args.method, out, statistic, baselines, pinned, skipped)
     files = write_versus(result, out)
     print(files[-1].read_text(), end="")
     if not args.no_mlflow:
@@ -267,12 +268,12 @@ def _versus(args: argparse.Namespace) -> int:
 
 def _sensitivity(args: argparse.Namespace) -> int:
     from bench.report.pinned import default_pinned_path, load_pinned
-    from bench.report.versus import sensitivity, sensitivity_markdown
-    from bench.suites.statistics import Statistic
+    from bench.report.versus import parse_statistic, sensitivity, sensitivity_markdown
 
     suite = _suite(args)
     pinned = load_pinned(args.pinned or default_pinned_path(args.params, suite.name), suite)
-    rows = [sensitivity(pinned, Statistic.model_validate(s)) for s in args.statistic or suite.params.suite.statistics]
+    names = args.statistic or [s.name for s in suite.params.suite.statistics]
+    rows = [sensitivity(pinned, parse_statistic(name)) for name in names]
     print(sensitivity_markdown(suite.name, rows), end="")
     return 0
 

@@ -18,7 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from pydantic import ValidationError
 
+from bench.config import describe_validation
 from bench.errors import BenchError
 from bench.fileio import atomic_write, write_text
 from bench.report.paired import ALPHA, CONFIDENCE, POWER, Paired, compare_all, detectable_difference, wilcoxon
@@ -27,7 +29,7 @@ from bench.report.pinned import PinnedFile
 from bench.report.runs import RunKey, find_runs, read_run
 from bench.runner.executor import RunRequest
 from bench.suites import Suite
-from bench.suites.statistics import Statistic
+from bench.suites.statistics import Records, Statistic
 
 Values = dict[tuple[str, int], float]  # (setting, seed) -> value
 
@@ -58,7 +60,33 @@ def run_values(suite: Suite, method: str, statistic: Statistic) -> Values:
             for _, s, seed in keys}
 
 
-def _value(records, statistic: Statistic, run: str) -> float:
+def parse_statistic(name: str) -> Statistic:
+    """A statistic from its name; a one-line error naming the problem."""
+    try:
+        return Statistic.model_validate(name)
+    except ValidationError as exc:
+        raise BenchError(f"--statistic {name}: {describe_validation(exc)}") from None
+
+
+def has_statistic(suite: Suite, pinned: PinnedFile | None, method: str, statistic: Statistic) -> bool:
+    """Whether the method has the statistic at all (Standalone has no global model): in its pinned values,
+    or in the records of its first run."""
+    if pinned is not None:
+        return any(statistic.name in e.values for c in pinned.values.get(method, {}).values() for e in c.seeds.values())
+    record = read_run(suite.run_dir(method, next(iter(suite.params.settings)), suite.params.suite.seeds[0]))
+    return not isinstance(record, str) and statistic.metric in record.records.values
+
+
+def default_baselines(suite: Suite, pinned: PinnedFile | None, method: str,
+                      statistic: Statistic) -> tuple[list[str], list[str]]:
+    """Every pinned method (or, without a pinned file, every suite method) but ``method``: those that
+    have the statistic, and those left out because they have none."""
+    candidates = [m for m in (pinned.values if pinned else suite.params.methods) if m != method]
+    kept = [m for m in candidates if has_statistic(suite, pinned, m, statistic)]
+    return kept, [m for m in candidates if m not in kept]
+
+
+def _value(records: Records, statistic: Statistic, run: str) -> float:
     value = statistic.compute(records)
     if value is None or not math.isfinite(value):
         raise BenchError(f"{run} has no finite {statistic.name}; choose another --statistic")
@@ -140,6 +168,7 @@ class Versus:
     pairs: tuple[tuple[str, int], ...]
     new: tuple[float, ...]
     comparisons: list[Paired]
+    skipped: tuple[str, ...] = ()  # suite methods without the statistic (e.g. Standalone: no global model)
 
 
 def versus_requests(suite: Suite, method: str, out: Path, data_dir: Path | None) -> list[RunRequest]:
@@ -161,7 +190,7 @@ def versus_requests(suite: Suite, method: str, out: Path, data_dir: Path | None)
 
 
 def compare_method(suite: Suite, method: str, out: Path, statistic: Statistic, baselines: list[str],
-                   pinned: PinnedFile | None) -> Versus:
+                   pinned: PinnedFile | None, skipped: list[str] | None = None) -> Versus:
     """The new method's runs in ``out`` against each baseline's pinned values (or, with ``pinned``
     None, the suite's runs), paired on (setting, seed)."""
     pairs = tuple((s, seed) for s in suite.params.settings for seed in suite.params.suite.seeds)
@@ -179,7 +208,8 @@ def compare_method(suite: Suite, method: str, out: Path, statistic: Statistic, b
                              f"e.g. {missing[0]}; re-pin the suite (`bench pin`) or drop that baseline")
         base[baseline] = values
     comparisons = compare_all(pairs, new, {b: [v[p] for p in pairs] for b, v in base.items()})
-    return Versus(suite.name, method, statistic, "pinned" if pinned else "runs", pairs, tuple(new), comparisons)
+    return Versus(suite.name, method, statistic, "pinned" if pinned else "runs", pairs, tuple(new), comparisons,
+                  tuple(skipped or ()))
 
 
 def _pts(x: float | None, sign: bool = True) -> str:
@@ -221,6 +251,7 @@ def versus_markdown(v: Versus, figure: str | None) -> str:
              "rank sum; zero differences dropped) and its p-value; Holm: adjusted across the baselines. Verdict at "
              f"{ALPHA:g} after Holm.",
              *(["**Too few pairs:**", "\n".join(notes)] if notes else []),
+             *([f"Not compared (no `{v.statistic.name}`): {', '.join(v.skipped)}."] if v.skipped else []),
              markdown_table(["baseline", "pairs", "mean diff", "interval", "W / T / L", "Wilcoxon", "p", "Holm p",
                              "verdict"], rows),
              "## Mean difference per setting (over seeds)",
