@@ -36,7 +36,7 @@ def clone(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A fresh clone of this repository's HEAD with the default suite's records pulled from its remote."""
     folder = tmp_path_factory.mktemp("clone") / "repo"
     subprocess.run(["git", "clone", "--quiet", str(REPO), str(folder)], check=True)
-    pulled = _run([DVC, "pull", "dvc.yaml"], folder)
+    pulled = _run([DVC, "pull", "dvc.yaml", "pipelines/fedhkd/dvc.yaml"], folder)  # the command the README gives
     assert pulled.returncode == 0, pulled.stderr
     return folder
 
@@ -93,6 +93,14 @@ def test_audit_a_real_cell_from_a_fresh_clone_and_catch_an_altered_record(clone:
     assert "first difference: round 7, train_loss: recorded 0.123, re-run " in checked.stdout
     value = pinned["seeds"]["0"]["values"]["final_global_acc"]  # the cell's own value still reproduces bitwise
     assert f"statistic recorded {value!r}, re-run {value!r} (bitwise equal); first difference" in checked.stdout
+
+
+def test_audit_a_paper_cell_from_a_fresh_clone(clone: Path) -> None:
+    done = bench(clone, "audit", "pipelines/fedhkd/reports/fedhkd-proxy/paper.md", "table 1/m=5/fedavg/local ours")
+    assert done.returncode == 0, done.stderr
+    assert "id       fedavg/m5/final_local_acc  (suite fedhkd-proxy)" in done.stdout
+    assert "paper    svhn-m10 0.6766 / cifar10-m10 0.595 / cifar100-m10 0.2361" in done.stdout  # specs/fedhkd.md §6
+    assert done.stdout.count("(bitwise equal)") == 3 and "DIFFERS" not in done.stdout
 
 
 def test_the_committed_remote_holds_only_small_run_records() -> None:

@@ -161,11 +161,12 @@ class Audit:
             out.append(f"value    {c.statistic.name} over seeds {list(self.values)}: mean {mean!r}"
                        + (f", sample std {std!r}" if std is not None else "") + " (recomputed from the records)")
         pinned = self.pinned.values.get(c.method, {}).get(c.setting) if self.pinned else None
-        if pinned is not None:
-            out.append(f"pinned   mean {pinned.mean.get(c.statistic.name)!r}  ({self.pinned and self.pinned.suite}: "
-                       f"commit {self.pinned.environment.get('git_commit') if self.pinned else ''})")
+        if self.pinned is not None and pinned is not None:
+            commits = self.pinned.environment.get("git_commit")
+            out.append(f"pinned   mean {pinned.mean.get(c.statistic.name)!r} (reports/pinned/{self.pinned.suite}.json; "
+                       f"pinned runs of commit {', '.join(commits) if isinstance(commits, list) else commits})")
         else:
-            out.append("pinned   none (not in the pinned file)")
+            out.append("pinned   none (no pinned file, or this cell is not in it)")
         if self.paper_value is not None:
             out.append(f"paper    {self.paper_value}")
         statistic = c.statistic
