@@ -278,16 +278,26 @@ def audit(report: Path, name: str, params: Path | None = None) -> Audit:
 @dataclass(frozen=True)
 class Rerun:
     seed: int
-    equal: bool
+    folder: Path  # the re-run's records
     values: int  # recorded values compared
     differing: int
     first: str | None  # the first differing value: round, metric, client, recorded and re-run values
     statistic: tuple[float | None, float | None]  # the cell's statistic: recorded, re-run
+    metrics_equal: bool  # metrics.json byte for byte
+
+    @property
+    def equal(self) -> bool:
+        return self.differing == 0 and self.metrics_equal
 
 
 def _records(path: Path) -> dict[tuple[str, str, str], str]:
-    rows = path.read_text().splitlines()[1:]
-    return {(r, m, c): v for r, m, c, v in (row.split(",") for row in rows)}
+    """records.csv as (round, metric, client) -> the value as written (repr: equal strings are equal bits)."""
+    try:
+        rows = path.read_text().splitlines()[1:]
+        return {(r, m, c): v for r, m, c, v in (row.split(",") for row in rows)}
+    except (OSError, ValueError) as exc:
+        raise BenchError(f"{path}: cannot be read as round,metric,client,value ({exc}); fetch the run's records "
+                         "again with `dvc pull`") from None
 
 
 def compare_records(recorded: Path, rerun: Path) -> tuple[int, int, str | None]:
@@ -327,7 +337,8 @@ def rerun(result: Audit, seeds: list[int], data_dir: Path | None, scratch: Path 
         assert not isinstance(again, str)
         key = (c.method, c.setting, seed)
         now = statistic_value(suite, {key: again}, key, c.statistic)
-        out.append(Rerun(seed, differing == 0, values, differing, first, (result.values[seed], now)))
+        metrics_equal = (record.run_dir / "metrics.json").read_bytes() == (folder / "metrics.json").read_bytes()
+        out.append(Rerun(seed, folder, values, differing, first, (result.values[seed], now), metrics_equal))
     return out
 
 
@@ -337,6 +348,7 @@ def rerun_lines(results: list[Rerun]) -> list[str]:
         same = "bitwise equal" if r.statistic[0] == r.statistic[1] else "DIFFERS"
         lines.append(f"rerun seed {r.seed}: {'OK' if r.equal else 'MISMATCH'}: {r.values - r.differing} of "
                      f"{r.values} recorded values bitwise equal; statistic recorded {r.statistic[0]!r}, "
-                     f"re-run {r.statistic[1]!r} ({same})" + (f"; first difference: {r.first}" if r.first else ""))
+                     f"re-run {r.statistic[1]!r} ({same})" + (f"; first difference: {r.first}" if r.first else "")
+                     + ("" if r.metrics_equal else "; metrics.json DIFFERS") + f" (re-run in {r.folder})")
     return lines
 
