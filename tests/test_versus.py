@@ -141,3 +141,43 @@ def test_versus_with_a_plugin_package_through_its_entry_point(tmp_path: Path, da
     bad = bench("versus", "fedavg_ls", "--params", str(params), "--no-train", "--statistic",
                 "final_clientmax_local_acc", "-S", "methods.fedavg_ls.smoothing=0.2")
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "not pinned" in bad.stderr
+
+
+def _pinned(values: dict[str, dict[str, list[float]]]):
+    from bench.report.pinned import PinnedFile
+
+    return PinnedFile.model_validate({
+        "format": "fkd-bench-pinned", "format_version": 1, "suite": "s", "environment": {}, "tolerance": {},
+        "values": {m: {s: {"seeds": {i: {"config_sha256": "x", "values": {"final_global_acc": v}}
+                                     for i, v in enumerate(vs)}, "mean": {}} for s, vs in cells.items()}
+                   for m, cells in values.items()}})
+
+
+def test_sensitivity_spreads_match_the_hand_computation() -> None:
+    from bench.report.versus import sensitivity
+    from bench.suites.statistics import Statistic
+
+    # a - b per seed: setting x: 0.02, 0.04, 0.06 (std 0.02); setting y: 0.01, 0.01, 0.04 (std 0.01732)
+    pinned = _pinned({"a": {"x": [0.92, 0.94, 0.96], "y": [0.81, 0.83, 0.88]},
+                      "b": {"x": [0.90, 0.90, 0.90], "y": [0.80, 0.82, 0.84]}})
+    result = sensitivity(pinned, Statistic.model_validate("final_global_acc"))
+    assert result.pairs == 6 and result.methods == 2 and result.method_pairs == 1
+    assert result.pair_noise == pytest.approx(((0.02 ** 2 + 0.01732051 ** 2) / 2) ** 0.5, rel=1e-5)
+    # within-cell variances: a/x 0.0004, a/y 0.0013, b/x 0, b/y 0.0004 -> pooled std sqrt(0.0021 / 4)
+    assert result.seed_spread == pytest.approx((0.0021 / 4) ** 0.5)
+    # method means: x 0.94 vs 0.90, y 0.84 vs 0.82 -> std of two values |d| / sqrt(2), averaged
+    assert result.method_spread == pytest.approx((0.04 + 0.02) / 2 / 2 ** 0.5)
+    assert result.separated == 1  # six positive differences: p = 2/64
+    assert result.detectable is not None and result.detectable < 0.04
+
+
+def test_default_baselines_leave_out_methods_without_the_statistic() -> None:
+    from bench.report.pinned import load_pinned
+    from bench.report.versus import default_baselines
+    from bench.suites import load_suite
+    from bench.suites.statistics import Statistic
+
+    suite = load_suite(REPO / "params.yaml")
+    pinned = load_pinned(REPO / "reports" / "pinned" / "default.json", suite)
+    kept, skipped = default_baselines(suite, pinned, "fedavg", Statistic.model_validate("final_global_acc"))
+    assert skipped == ["standalone"] and "fedavg" not in kept and len(kept) == len(suite.methods) - 2
