@@ -193,6 +193,9 @@ def compare_method(suite: Suite, method: str, out: Path, statistic: Statistic, b
                    pinned: PinnedFile | None, skipped: list[str] | None = None) -> Versus:
     """The new method's runs in ``out`` against each baseline's pinned values (or, with ``pinned``
     None, the suite's runs), paired on (setting, seed)."""
+    if statistic.reference is not None:
+        raise BenchError(f"--statistic {statistic.name} compares with another method's run; bench versus compares "
+                         "statistics of one run (e.g. final_local_acc, last3_clientmax_local_acc)")
     pairs = tuple((s, seed) for s in suite.params.settings for seed in suite.params.suite.seeds)
     new = []
     for setting, seed in pairs:
