@@ -196,6 +196,10 @@ def compare_method(suite: Suite, method: str, out: Path, statistic: Statistic, b
     if statistic.reference is not None:
         raise BenchError(f"--statistic {statistic.name} compares with another method's run; bench versus compares "
                          "statistics of one run (e.g. final_local_acc, last3_clientmax_local_acc)")
+    if not baselines:
+        raise BenchError(f"{statistic.name} is {'not pinned' if pinned else 'in no run'} for any baseline"
+                         f"{' (' + ', '.join(skipped) + ')' if skipped else ''}; choose a statistic the "
+                         f"{'pinned file' if pinned else 'runs'} hold, e.g. final_global_acc")
     pairs = tuple((s, seed) for s in suite.params.settings for seed in suite.params.suite.seeds)
     new = []
     for setting, seed in pairs:
