@@ -232,6 +232,63 @@ def _mlflow_sync(args: argparse.Namespace) -> int:
     return 0
 
 
+def _audit(args: argparse.Namespace) -> int:
+    from bench.report.audit import audit, rerun, rerun_lines
+    from bench.runner.executor import run_experiment
+
+    result = audit(args.report, args.cell, args.params)
+    print("\n".join(result.lines(args.data_dir)))
+    if not args.rerun:
+        return 0
+    seeds = [args.seed] if args.seed is not None else list(result.runs)
+    checks = rerun(result, seeds, args.data_dir, args.scratch, lambda request: run_experiment(request, mlflow=False))
+    print("\n".join(rerun_lines(checks)))
+    return 0 if all(c.equal for c in checks) else 1
+
+
+def _versus(args: argparse.Namespace) -> int:
+    from bench.report.pinned import default_pinned_path, load_pinned
+    from bench.report.versus import (compare_method, default_baselines, log_versus, parse_statistic, versus_requests,
+                                     write_versus)
+    from bench.runner.executor import run_many
+    from bench.suites import load_suite
+
+    probe = load_suite(args.params, args.root, args.set)
+    added = [] if args.method in probe.params.methods else [f"methods.{args.method}.name={args.method}"]
+    suite = load_suite(args.params, args.root, [*args.set, *added])
+    pinned = None if args.from_runs else load_pinned(default_pinned_path(args.params, suite.name), suite)
+    statistic = parse_statistic(args.statistic)
+    baselines, skipped = (args.baseline, []) if args.baseline else default_baselines(suite, pinned, args.method, statistic)
+    if args.method in baselines:
+        raise BenchError(f"{args.method} is the method compared; leave it out of --baseline")
+    out = args.out or Path("runs") / "versus" / suite.name / args.method
+    requests = versus_requests(suite, args.method, out, args.data_dir)
+    if requests and args.no_train:
+        raise BenchError(f"{len(requests)} run(s) of {args.method} missing in {out}; run without --no-train")
+    if requests:
+        print(f"training {args.method}: {len(requests)} runs on the pinned partitions of suite {suite.name}", flush=True)
+        run_many(requests, args.jobs or suite.params.suite.jobs)
+    result = compare_method(suite, args.method, out, statistic, baselines, pinned, skipped)
+    files = write_versus(result, out)
+    print(files[-1].read_text(), end="")
+    if not args.no_mlflow:
+        print(f"logged to MLflow: experiment versus-{suite.name}, run {log_versus(result, files)}")
+    print(f"wrote {', '.join(map(str, files))}")
+    return 0
+
+
+def _sensitivity(args: argparse.Namespace) -> int:
+    from bench.report.pinned import default_pinned_path, load_pinned
+    from bench.report.versus import parse_statistic, sensitivity, sensitivity_markdown
+
+    suite = _suite(args)
+    pinned = load_pinned(args.pinned or default_pinned_path(args.params, suite.name), suite)
+    names = args.statistic or [s.name for s in suite.params.suite.statistics]
+    rows = [sensitivity(pinned, parse_statistic(name)) for name in names]
+    print(sensitivity_markdown(suite.name, rows), end="")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="bench", description="fkd-bench: reproducible federated knowledge "
                                      "distillation benchmarks. Each subcommand has its own --help.")
@@ -322,6 +379,43 @@ def build_parser() -> argparse.ArgumentParser:
     compare.add_argument("--pinned", type=Path, help="pinned file (default: as for `bench pin`)")
     compare.add_argument("--out", type=Path, help="write the drift table to this file and print only the summary "
                          "and what failed")
+
+    audit = sub.add_parser("audit", help="trace one cell of a report to its runs, configs, data, code and "
+                           "environment; --rerun checks that its runs reproduce bitwise",
+                           description="CELL: <heading>/.../<row>/<column> as printed (headings: prefixes of the "
+                                       "report's, innermost last, e.g. 'global/fedavg/iid final'), or the cell id "
+                                       "<method>/<setting>/<statistic> (e.g. fedavg/iid/final_global_acc). The runs' "
+                                       "records come from the suite's results folder (`dvc pull` fetches them). "
+                                       "Exit 1 when a re-run differs.")
+    audit.add_argument("report", type=Path, help="a suite's report: reports/<suite>/summary.md or paper.md")
+    audit.add_argument("cell", help="the cell, as printed or by its id")
+    audit.add_argument("--params", type=Path, help="the suite's params file (default: <report>/../../../params.yaml)")
+    audit.add_argument("--data-dir", **data_dir)
+    audit.add_argument("--rerun", action="store_true", help="re-execute the cell's runs in a scratch folder and "
+                       "compare every recorded value bitwise")
+    audit.add_argument("--seed", type=int, help="with --rerun: only this seed")
+    audit.add_argument("--scratch", type=Path, help="with --rerun: folder for the re-runs (default: the system's "
+                       "temporary folder)")
+    audit.set_defaults(func=_audit)
+
+    versus = suite_command("versus", "run a new method on a suite's pinned partitions and seeds and compare it with "
+                           "each pinned baseline by paired statistics", _versus, sub)
+    versus.add_argument("method", help="the new method: a key of the suite's methods, or an algorithm name (add its "
+                        "hyperparameters with -S methods.<method>.<key>=<value>)")
+    versus.add_argument("--statistic", default="final_global_acc", help="the statistic compared (default: "
+                        "final_global_acc; any the pinned file holds)")
+    versus.add_argument("--baseline", action="append", help="only this baseline (repeatable; default: every pinned method)")
+    versus.add_argument("--from-runs", action="store_true", help="take the baselines' values from the suite's runs "
+                        "(results/) instead of the pinned file")
+    versus.add_argument("--out", type=Path, help="folder for the new runs and the comparison (default: "
+                        "runs/versus/<suite>/<method>)")
+    versus.add_argument("--jobs", type=int, default=None, help="parallel processes (default: suite.jobs)")
+    versus.add_argument("--no-train", action="store_true", help="fail instead of training missing runs")
+    versus.add_argument("--no-mlflow", action="store_true", help="do not log the comparison to MLflow")
+    sensitivity = suite_command("sensitivity", "how well the suite's pinned seeds tell methods apart: seed spread, "
+                                "method spread, the smallest difference the paired test detects", _sensitivity, sub)
+    sensitivity.add_argument("--statistic", action="append", help="statistic (repeatable; default: the suite's)")
+    sensitivity.add_argument("--pinned", type=Path, help="pinned file (default: as for `bench pin`)")
 
     tracking = sub.add_parser("mlflow", help="MLflow store maintenance").add_subparsers(dest="mlflow_command",
                                                                                          required=True)

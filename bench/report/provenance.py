@@ -72,6 +72,11 @@ def provenance_markdown(runs: Mapping[RunKey, RunRecord], methods: list[str], pi
         if any(c.endswith(DIRTY) for c in pinned_commits):
             lines.append(f"- **The pinned runs were trained from uncommitted changes** ({_commits(pinned_commits)}): "
                          "no commit reproduces the pinned numbers; re-pin from committed code.")
+    lines.append("- Audit any cell: `bench audit <this report> '<heading>/<row>/<column>'` as printed (a heading "
+                 "may be shortened to its start: `'global/fedavg/iid final'` in the default suite's summary), or by "
+                 "its id `<method>/<setting>/<statistic>` (statistics as named in `bench/suites/statistics.py`, e.g. "
+                 "`fedavg/iid/final_global_acc`); `--rerun` re-runs its runs and checks them bitwise. "
+                 "`dvc pull` fetches the runs' records.")
     return "\n".join(["## Provenance", "", *lines])
 
 

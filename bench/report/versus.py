@@ -1,0 +1,341 @@
+"""The method author's command, ``bench versus``: a new method on exactly a suite's pinned partitions
+and seeds, compared with each pinned baseline by paired statistics (paired.py); and ``bench
+sensitivity``: whether the suite's pinned seeds can tell methods apart at all.
+
+The baselines' values are the pinned file's per-seed values (``reports/pinned/<suite>.json``): they
+are never re-trained. With ``from_runs`` they are read from the suite's run records instead (after a
+``dvc repro`` or ``dvc pull``). The new method's runs go to ``<out>/runs/<setting>/seed<k>/`` and are
+reused when their config is unchanged. Outputs: ``versus.md``, ``versus.csv``, ``versus.png`` (per
+setting, each baseline's difference with its bootstrap interval and each seed's difference), and one
+MLflow run in the experiment ``versus-<suite>`` holding the numbers and those files.
+"""
+from __future__ import annotations
+
+import csv
+import io
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from pydantic import ValidationError
+
+from bench.config import describe_validation
+from bench.errors import BenchError
+from bench.fileio import atomic_write, write_text
+from bench.report.paired import ALPHA, CONFIDENCE, POWER, Paired, compare_all, detectable_difference, wilcoxon
+from bench.report.paper_report import markdown_table
+from bench.report.pinned import PinnedFile
+from bench.report.runs import RunKey, find_runs, read_run
+from bench.runner.executor import RunRequest
+from bench.suites import Suite
+from bench.suites.statistics import Records, Statistic
+
+Values = dict[tuple[str, int], float]  # (setting, seed) -> value
+
+
+def pinned_values(pinned: PinnedFile, method: str, statistic: Statistic) -> Values:
+    """A pinned method's per-seed values of ``statistic``; a clear error when it is not pinned."""
+    if method not in pinned.values:
+        raise BenchError(f"method {method!r} is not pinned in suite {pinned.suite} (pinned: "
+                         f"{', '.join(pinned.values)}); pin it with `bench pin`, or leave it out of --baseline")
+    out: Values = {}
+    for setting, cell in pinned.values[method].items():
+        for seed, entry in cell.seeds.items():
+            if statistic.name not in entry.values:
+                raise BenchError(f"{statistic.name} of {method}/{setting}/seed{seed} is not pinned (pinned: "
+                                 f"{', '.join(entry.values)}); choose one of those with --statistic")
+            out[setting, seed] = entry.values[statistic.name]
+    return out
+
+
+def run_values(suite: Suite, method: str, statistic: Statistic) -> Values:
+    """The method's values of ``statistic`` from the suite's run records; a clear error when some are missing."""
+    keys: list[RunKey] = [(method, s, seed) for s in suite.params.settings for seed in suite.params.suite.seeds]
+    found, problems = find_runs(suite, keys)
+    if problems:
+        raise BenchError(f"{len(problems)} run(s) of {method} missing ({next(iter(problems.values()))}); fetch "
+                         "them with `dvc pull`, or produce them with `dvc repro`")
+    return {(s, seed): _value(found[method, s, seed].records, statistic, f"{method}/{s}/seed{seed}")
+            for _, s, seed in keys}
+
+
+def parse_statistic(name: str) -> Statistic:
+    """A statistic from its name; a one-line error naming the problem."""
+    try:
+        return Statistic.model_validate(name)
+    except ValidationError as exc:
+        raise BenchError(f"--statistic {name}: {describe_validation(exc)}") from None
+
+
+def has_statistic(suite: Suite, pinned: PinnedFile | None, method: str, statistic: Statistic) -> bool:
+    """Whether the method has the statistic at all (Standalone has no global model): in its pinned values,
+    or in the records of its first run."""
+    if pinned is not None:
+        return any(statistic.name in e.values for c in pinned.values.get(method, {}).values() for e in c.seeds.values())
+    record = read_run(suite.run_dir(method, next(iter(suite.params.settings)), suite.params.suite.seeds[0]))
+    return not isinstance(record, str) and statistic.metric in record.records.values
+
+
+def default_baselines(suite: Suite, pinned: PinnedFile | None, method: str,
+                      statistic: Statistic) -> tuple[list[str], list[str]]:
+    """Every pinned method (or, without a pinned file, every suite method) but ``method``: those that
+    have the statistic, and those left out because they have none."""
+    candidates = [m for m in (pinned.values if pinned else suite.params.methods) if m != method]
+    kept = [m for m in candidates if has_statistic(suite, pinned, m, statistic)]
+    return kept, [m for m in candidates if m not in kept]
+
+
+def _value(records: Records, statistic: Statistic, run: str) -> float:
+    value = statistic.compute(records)
+    if value is None or not math.isfinite(value):
+        raise BenchError(f"{run} has no finite {statistic.name}; choose another --statistic")
+    return value
+
+
+# ---------------------------------------------------------------- sensitivity: can the suite tell methods apart?
+
+@dataclass(frozen=True)
+class Sensitivity:
+    """One statistic of a pinned suite: the spread across seeds against the spread across methods,
+    and the smallest difference the paired test detects over the suite's (setting, seed) pairs."""
+
+    statistic: str
+    methods: int
+    pairs: int
+    seed_spread: float  # pooled within-cell sample std over seeds
+    method_spread: float  # per setting, the std over methods of their means; averaged over settings
+    pair_noise: float  # pooled sample std over seeds of the difference of two methods, per setting
+    detectable: float | None  # power POWER at ALPHA, Wilcoxon, over `pairs` pairs with `pair_noise`
+    separated: int  # method pairs the Wilcoxon test separates at ALPHA (uncorrected) over the pinned pairs
+    method_pairs: int
+
+
+def _pooled_std(groups: list[np.ndarray]) -> float:
+    groups = [g for g in groups if len(g) > 1]
+    return float(math.sqrt(sum(np.var(g, ddof=1) * (len(g) - 1) for g in groups) / sum(len(g) - 1 for g in groups)))
+
+
+def sensitivity(pinned: PinnedFile, statistic: Statistic) -> Sensitivity:
+    """The suite's sensitivity for ``statistic`` over its pinned methods that have it."""
+    values = {m: pinned_values(pinned, m, statistic) for m in pinned.values
+              if all(statistic.name in e.values for c in pinned.values[m].values() for e in c.seeds.values())}
+    if len(values) < 2:
+        raise BenchError(f"suite {pinned.suite}: fewer than two pinned methods have {statistic.name}")
+    pairs = sorted(next(iter(values.values())))
+    settings = list(dict.fromkeys(s for s, _ in pairs))
+    cells = {(m, s): np.array([v[p] for p in pairs if p[0] == s]) for m, v in values.items() for s in settings}
+    methods = list(values)
+    differences = [cells[a, s] - cells[b, s] for i, a in enumerate(methods) for b in methods[i + 1:] for s in settings]
+    noise = _pooled_std(differences)
+    separated = sum((p := wilcoxon([values[a][x] - values[b][x] for x in pairs])[1]) is not None and p < ALPHA
+                    for i, a in enumerate(methods) for b in methods[i + 1:])
+    return Sensitivity(statistic.name, len(methods), len(pairs), _pooled_std(list(cells.values())),
+                       float(np.mean([np.std([cells[m, s].mean() for m in methods], ddof=1) for s in settings])),
+                       noise, detectable_difference(noise, len(pairs)), separated,
+                       len(methods) * (len(methods) - 1) // 2)
+
+
+def sensitivity_markdown(suite: str, rows: list[Sensitivity]) -> str:
+    def pts(x: float | None) -> str:
+        return "—" if x is None else f"{100 * x:.2f}"
+
+    table = markdown_table(
+        ["statistic", "methods", "pairs", "seed spread", "method spread", "pair noise",
+         f"detectable (power {POWER:g})", f"method pairs separated (p < {ALPHA:g})"],
+        [[f"`{r.statistic}`", str(r.methods), str(r.pairs), pts(r.seed_spread), pts(r.method_spread),
+          pts(r.pair_noise), pts(r.detectable), f"{r.separated} / {r.method_pairs}"] for r in rows])
+    return "\n\n".join([
+        f"## Can suite `{suite}` tell methods apart?",
+        "In accuracy points, from the pinned per-seed values. **seed spread**: the sample std over seeds within a "
+        "(method, setting), pooled; **method spread**: the std of the methods' means within a setting, averaged "
+        "over settings; **pair noise**: the std over seeds of the difference between two methods on the same "
+        "setting and seed, pooled over method pairs and settings; **detectable**: the smallest mean difference "
+        f"the two-sided Wilcoxon signed-rank test finds with power {POWER:g} at {ALPHA:g} over the suite's "
+        "(setting, seed) pairs, if the differences scatter normally with that pair noise (seeded Monte Carlo); "
+        "**method pairs separated**: how many pairs of pinned methods that test separates on the pinned values "
+        "(uncorrected).", table]) + "\n"
+
+
+# ---------------------------------------------------------------- bench versus
+
+@dataclass(frozen=True)
+class Versus:
+    suite: str
+    method: str
+    statistic: Statistic
+    source: str  # where the baselines' values come from
+    pairs: tuple[tuple[str, int], ...]
+    new: tuple[float, ...]
+    comparisons: list[Paired]
+    skipped: tuple[str, ...] = ()  # suite methods without the statistic (e.g. Standalone: no global model)
+
+
+def versus_requests(suite: Suite, method: str, out: Path, data_dir: Path | None) -> list[RunRequest]:
+    """The new method's runs on the suite's pinned partitions and seeds that ``out`` lacks (a run whose
+    records hold the same config is reused)."""
+    requests = []
+    for setting in suite.params.settings:
+        partition = suite.partition_dir(setting)
+        if not (partition / "partition.json").exists():
+            raise BenchError(f"partition {partition} not found; fetch the suite's partitions with `dvc pull`, or "
+                             f"write them with `bench suite partition --params {suite.params_file}`")
+        for seed in suite.params.suite.seeds:
+            config = suite.config(method, setting, seed)
+            run_dir = out / "runs" / setting / f"seed{seed}"
+            record = read_run(run_dir)
+            if isinstance(record, str) or record.metrics.get("config_sha256") != config.sha256:
+                requests.append(RunRequest(config, run_dir, data_dir, partition))
+    return requests
+
+
+def compare_method(suite: Suite, method: str, out: Path, statistic: Statistic, baselines: list[str],
+                   pinned: PinnedFile | None, skipped: list[str] | None = None) -> Versus:
+    """The new method's runs in ``out`` against each baseline's pinned values (or, with ``pinned``
+    None, the suite's runs), paired on (setting, seed)."""
+    if statistic.reference is not None:
+        raise BenchError(f"--statistic {statistic.name} compares with another method's run; bench versus compares "
+                         "statistics of one run (e.g. final_local_acc, last3_clientmax_local_acc)")
+    if not baselines:
+        raise BenchError(f"{statistic.name} is {'not pinned' if pinned else 'in no run'} for any baseline"
+                         f"{' (' + ', '.join(skipped) + ')' if skipped else ''}; choose a statistic the "
+                         f"{'pinned file' if pinned else 'runs'} hold, e.g. final_global_acc")
+    pairs = tuple((s, seed) for s in suite.params.settings for seed in suite.params.suite.seeds)
+    new = []
+    for setting, seed in pairs:
+        record = read_run(out / "runs" / setting / f"seed{seed}")
+        if isinstance(record, str):
+            raise BenchError(f"{record}; run `bench versus` without --no-train to train it")
+        new.append(_value(record.records, statistic, f"{method}/{setting}/seed{seed}"))
+    base: dict[str, Values] = {}
+    for baseline in baselines:
+        values = pinned_values(pinned, baseline, statistic) if pinned else run_values(suite, baseline, statistic)
+        if missing := [p for p in pairs if p not in values]:
+            raise BenchError(f"{baseline} has no pinned value for {len(missing)} (setting, seed) pairs of the suite, "
+                             f"e.g. {missing[0]}; re-pin the suite (`bench pin`) or drop that baseline")
+        base[baseline] = values
+    comparisons = compare_all(pairs, new, {b: [v[p] for p in pairs] for b, v in base.items()})
+    return Versus(suite.name, method, statistic, "pinned" if pinned else "runs", pairs, tuple(new), comparisons,
+                  tuple(skipped or ()))
+
+
+def _pts(x: float | None, sign: bool = True) -> str:
+    return "—" if x is None else f"{100 * x:+.2f}" if sign else f"{100 * x:.2f}"
+
+
+def _p(x: float | None) -> str:
+    return "—" if x is None else f"{x:.3g}"
+
+
+def verdict(c: Paired) -> str:
+    if c.note:
+        return "too few pairs"
+    if c.p_holm is None:
+        return "identical"
+    if c.p_holm >= ALPHA:
+        return "no significant difference"
+    return "better" if c.mean > 0 else "worse"
+
+
+def versus_markdown(v: Versus, figure: str | None) -> str:
+    settings = list(dict.fromkeys(s for s, _ in v.pairs))
+    seeds = sorted({seed for _, seed in v.pairs})
+    rows = [[c.baseline, str(len(c.differences)), _pts(c.mean),
+             "—" if c.interval is None else f"[{_pts(c.interval[0])}, {_pts(c.interval[1])}]",
+             f"{c.wins} / {c.ties} / {c.losses}", "—" if c.statistic is None else f"{c.statistic:g}",
+             _p(c.p_value), _p(c.p_holm), verdict(c)] for c in v.comparisons]
+    per_setting = [[c.baseline] + [_pts(float(np.mean(d))) for d in c.by_setting().values()] for c in v.comparisons]
+    notes = list(dict.fromkeys(f"- {c.note}." for c in v.comparisons if c.note))
+    parts = [f"# `{v.method}` versus the baselines of suite `{v.suite}`",
+             f"Statistic `{v.statistic.name}`, in accuracy points; differences are {v.method} − baseline over "
+             f"{len(v.pairs)} (setting, seed) pairs: settings {', '.join(settings)} × seeds "
+             f"{', '.join(map(str, seeds))}, on the suite's pinned partitions. Baselines: their "
+             + ("pinned per-seed values (`reports/pinned/`), not re-trained." if v.source == "pinned"
+                else "runs in the suite's results folder.")
+             + f" Mean of {v.method}: {_pts(float(np.mean(v.new)), sign=False)}.",
+             f"Interval: {CONFIDENCE:.0%} percentile bootstrap of the mean difference. W/T/L: pairs where "
+             f"{v.method} is better / equal / worse. Wilcoxon: the two-sided signed-rank statistic (the smaller "
+             "rank sum; zero differences dropped) and its p-value; Holm: adjusted across the baselines. Verdict at "
+             f"{ALPHA:g} after Holm.",
+             *(["**Too few pairs:**", "\n".join(notes)] if notes else []),
+             *([f"Not compared (no `{v.statistic.name}`): {', '.join(v.skipped)}."] if v.skipped else []),
+             markdown_table(["baseline", "pairs", "mean diff", "interval", "W / T / L", "Wilcoxon", "p", "Holm p",
+                             "verdict"], rows),
+             "## Mean difference per setting (over seeds)",
+             markdown_table(["baseline", *settings], per_setting)]
+    if figure:
+        parts.append(f"![differences]({figure})")
+    return "\n\n".join(parts) + "\n"
+
+
+def versus_csv(v: Versus) -> str:
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(["baseline", "setting", "seed", "new", "difference"])
+    for c in v.comparisons:
+        writer.writerows([c.baseline, s, seed, repr(n), repr(d)] for (s, seed), n, d in zip(c.pairs, v.new, c.differences))
+    return buf.getvalue()
+
+
+def versus_figure(v: Versus):  # -> Figure
+    """One panel per setting: per baseline the mean difference with its bootstrap interval, and each seed's."""
+    from matplotlib.figure import Figure
+
+    from bench.report.paired import bootstrap_interval
+
+    settings = list(dict.fromkeys(s for s, _ in v.pairs))
+    fig = Figure(figsize=(2.2 + 0.45 * len(v.comparisons) * len(settings), 3.8), layout="constrained")
+    axes = fig.subplots(1, len(settings), sharey=True, squeeze=False)[0]
+    for ax, setting in zip(axes, settings):
+        for x, c in enumerate(v.comparisons):
+            d = 100 * np.array(c.by_setting()[setting])
+            interval = bootstrap_interval(d)
+            low, high = interval if interval else (d.mean(), d.mean())
+            ax.errorbar([x], [d.mean()], yerr=[[d.mean() - low], [high - d.mean()]], fmt="o", color="#1f77b4",
+                        capsize=3)
+            ax.scatter(np.full(len(d), x + 0.18), d, s=10, color="#7f7f7f", zorder=3)
+        ax.axhline(0, color="black", linewidth=0.8)
+        ax.set_xticks(range(len(v.comparisons)), [c.baseline for c in v.comparisons], rotation=60, ha="right",
+                      fontsize="small")
+        ax.set_title(setting)
+        ax.grid(axis="y", alpha=0.3)
+    axes[0].set_ylabel(f"{v.method} − baseline ({v.statistic.name}, points)")
+    fig.suptitle(f"{v.suite}: mean over seeds with {CONFIDENCE:.0%} bootstrap interval; grey: each seed",
+                 fontsize="medium")
+    return fig
+
+
+def write_versus(v: Versus, out: Path) -> list[Path]:
+    fig = versus_figure(v)
+    figure = atomic_write(out / "versus.png", lambda handle: fig.savefig(handle, format="png", dpi=110))
+    return [write_text(out / "versus.csv", versus_csv(v)), figure,
+            write_text(out / "versus.md", versus_markdown(v, figure.name))]
+
+
+def log_versus(v: Versus, files: list[Path]) -> str:
+    """Log the comparison as one MLflow run (experiment ``versus-<suite>``); return its id."""
+    import mlflow
+
+    from bench.tracking import init_mlflow, mlflow_uri, store_lock
+
+    experiment = init_mlflow(f"versus-{v.suite}")
+    client = mlflow.MlflowClient(mlflow_uri())
+    with store_lock():
+        run = client.create_run(experiment, run_name=f"{v.method}-{v.statistic.name}",
+                                tags={"method": v.method, "suite": v.suite, "baselines_from": v.source})
+        run_id = run.info.run_id
+        client.log_param(run_id, "statistic", v.statistic.name)
+        client.log_param(run_id, "pairs", len(v.pairs))
+        client.log_metric(run_id, "mean_new", float(np.mean(v.new)))
+        for c in v.comparisons:
+            metrics = {"mean_diff": c.mean, "wins": c.wins, "ties": c.ties, "losses": c.losses,
+                       "ci_low": c.interval and c.interval[0], "ci_high": c.interval and c.interval[1],
+                       "wilcoxon": c.statistic, "p": c.p_value, "p_holm": c.p_holm}
+            for name, value in metrics.items():
+                if value is not None:
+                    client.log_metric(run_id, f"{c.baseline}.{name}", float(value))
+        for path in files:
+            client.log_artifact(run_id, str(path))
+        client.set_terminated(run_id)
+    return run_id
+

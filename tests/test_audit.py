@@ -1,0 +1,132 @@
+"""bench audit from a fresh clone: the run records come from the repository's DVC remote (dvc-remote/,
+committed), a real cell of the default suite is traced and re-run bitwise, and a deliberately altered
+record is caught at its round. Also the DVC push/pull round trip and the one-line errors."""
+from __future__ import annotations
+
+import filecmp
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bench.report.audit import find_cell, printed_tables, report_cells
+from bench.suites import load_suite
+from bench.errors import BenchError
+
+REPO = Path(__file__).resolve().parents[1]
+DVC = str(Path(sys.executable).parent / "dvc")
+CELL = "global/fedavg/iid final"  # the summary's global-accuracy table, row fedavg, column "iid final"
+
+
+def _run(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{cwd / 'mlflow.db'}"}
+    return subprocess.run(args, cwd=cwd, env=env, text=True, capture_output=True)
+
+
+def bench(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return _run([sys.executable, "-m", "bench.cli", *args], cwd)
+
+
+@pytest.fixture(scope="module")
+def clone(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A fresh clone of this repository's HEAD with the default suite's records pulled from its remote."""
+    folder = tmp_path_factory.mktemp("clone") / "repo"
+    subprocess.run(["git", "clone", "--quiet", str(REPO), str(folder)], check=True)
+    pulled = _run([DVC, "pull", "dvc.yaml", "pipelines/fedhkd/dvc.yaml"], folder)  # the command the README gives
+    assert pulled.returncode == 0, pulled.stderr
+    return folder
+
+
+def test_dvc_push_pull_round_trip(clone: Path, tmp_path: Path) -> None:
+    """Push the clone's records to another remote, delete them and the cache, pull them back: the same bytes."""
+    remote = tmp_path / "remote"
+    assert _run([DVC, "remote", "add", "--local", "scratch", str(remote)], clone).returncode == 0
+    pushed = _run([DVC, "push", "-r", "scratch", "dvc.yaml"], clone)
+    assert pushed.returncode == 0, pushed.stderr
+    copy = tmp_path / "before"
+    shutil.copytree(clone / "results" / "default", copy)
+    shutil.rmtree(clone / "results" / "default" / "fedavg")
+    shutil.rmtree(clone / ".dvc" / "cache")
+    pulled = _run([DVC, "pull", "-r", "scratch", "dvc.yaml"], clone)
+    assert pulled.returncode == 0, pulled.stderr
+    compared = filecmp.dircmp(copy / "fedavg", clone / "results" / "default" / "fedavg")
+    assert not compared.diff_files and not compared.left_only and not compared.right_only
+    assert filecmp.cmp(copy / "fedavg" / "iid" / "seed0" / "records.csv",
+                       clone / "results" / "default" / "fedavg" / "iid" / "seed0" / "records.csv", shallow=False)
+
+
+@pytest.mark.slow
+def test_audit_a_real_cell_from_a_fresh_clone_and_catch_an_altered_record(clone: Path) -> None:
+    done = bench(clone, "audit", "reports/default/summary.md", CELL)
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    pinned = json.loads((clone / "reports" / "pinned" / "default.json").read_text())["values"]["fedavg"]["iid"]
+    printed = printed_tables((clone / "reports" / "default" / "summary.md").read_text())
+    row = printed[("Global accuracy (global model, global test set)",), "fedavg"]
+    assert f"printed  iid final: {dict(row)['iid final']}" in out
+    assert "id       fedavg/iid/final_global_acc" in out
+    assert f"pinned   mean {pinned['mean']['final_global_acc']!r}" in out
+    for seed in (0, 1, 2):
+        run = clone / "results" / "default" / "fedavg" / "iid" / f"seed{seed}"
+        provenance = json.loads((run / "provenance.json").read_text())
+        assert f"run      {run}" in out
+        assert f"partition sha256 {provenance['partition_sha256']} (matches" in out
+        assert f"dataset  digits sha256 {provenance['dataset_sha256']} (matches" in out
+        assert f"config hash {provenance['config_sha256']} (the suite's current config)" in out
+    assert out.count("(bitwise equal)") == 3  # each seed's value is its pinned value
+
+    # A deliberate mismatch: alter one recorded value, re-run seed 0, and be told where.
+    records = clone / "results" / "default" / "fedavg" / "iid" / "seed0" / "records.csv"
+    lines = records.read_text().splitlines()
+    index = next(i for i, line in enumerate(lines) if line.startswith("7,train_loss,"))
+    lines[index] = "7,train_loss,,0.123"
+    records.write_text("\n".join(lines) + "\n")
+    checked = bench(clone, "audit", "reports/default/summary.md", CELL, "--rerun", "--seed", "0",
+                    "--scratch", str(clone.parent))
+    assert checked.returncode == 1, checked.stderr
+    total = len(lines) - 1
+    assert (f"rerun seed 0: MISMATCH: {total - 1} of {total} recorded values bitwise equal" in checked.stdout)
+    assert "first difference: round 7, train_loss: recorded 0.123, re-run " in checked.stdout
+    value = pinned["seeds"]["0"]["values"]["final_global_acc"]  # the cell's own value still reproduces bitwise
+    assert f"statistic recorded {value!r}, re-run {value!r} (bitwise equal); first difference" in checked.stdout
+
+
+def test_audit_a_paper_cell_from_a_fresh_clone(clone: Path) -> None:
+    done = bench(clone, "audit", "pipelines/fedhkd/reports/fedhkd-proxy/paper.md", "table 1/m=5/fedavg/local ours")
+    assert done.returncode == 0, done.stderr
+    assert "id       fedavg/m5/final_local_acc  (suite fedhkd-proxy)" in done.stdout
+    assert "paper    svhn-m10 0.6766 / cifar10-m10 0.595 / cifar100-m10 0.2361" in done.stdout  # specs/fedhkd.md §6
+    assert done.stdout.count("(bitwise equal)") == 3 and "DIFFERS" not in done.stdout
+
+
+def test_the_committed_remote_holds_only_small_run_records() -> None:
+    files = [p for p in (REPO / "dvc-remote").rglob("*") if p.is_file()]
+    assert files, "dvc-remote/ is empty: run `uv run dvc push dvc.yaml pipelines/fedhkd/dvc.yaml`"
+    assert max(p.stat().st_size for p in files) < 1_000_000  # no checkpoints, no paper datasets
+    assert sum(p.stat().st_size for p in files) < 20_000_000
+
+
+def test_cells_are_found_as_printed_or_by_id() -> None:
+    suite = load_suite(REPO / "params.yaml")
+    cells = report_cells(suite, Path("summary.md"))
+    assert find_cell(cells, "fedprox/dir0.1/last5_local_acc") == find_cell(cells, "Local/fedprox/dir0.1 last-5")
+    assert find_cell(cells, "glob/fedavg/iid best†").statistic.name == "max_global_acc"
+    with pytest.raises(BenchError, match="ambiguous"):  # the global and the local table both have it
+        find_cell(cells, "fedavg/iid best†")
+    with pytest.raises(BenchError, match="not in the report; rows: "):
+        find_cell(cells, "global/nomethod/iid final")
+    fedhkd = load_suite(REPO / "pipelines" / "fedhkd" / "params.yaml")
+    cell = find_cell(report_cells(fedhkd, Path("paper.md")), "table 1/m=5/FedHKD/global ours")
+    assert cell.id == "fedhkd/m5/final_global_acc"
+
+
+def test_bad_input_is_one_line(tmp_path: Path) -> None:
+    for args, words in ((["audit", str(REPO / "reports/default/summary.md"), "global/fedavg/nowhere"], "not in the report"),
+                        (["audit", str(tmp_path / "summary.md"), CELL], "not found"),
+                        (["audit", str(REPO / "reports/default/drift.md"), CELL], "not a report bench audit reads")):
+        done = bench(tmp_path, *args)
+        assert done.returncode == 2 and done.stderr.count("\n") == 1 and words in done.stderr, done.stderr

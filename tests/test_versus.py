@@ -1,0 +1,183 @@
+"""bench versus and bench sensitivity: the paired statistics against hand computations, and the
+method author's whole path with the example plug-in package (examples/plugin_package/), installed
+into a scratch folder and found through the ``fkd_bench.algorithms`` entry point."""
+from __future__ import annotations
+
+import csv
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from bench.report.paired import (bootstrap_interval, compare, compare_all, detectable_difference, holm, smallest_p,
+                                 wilcoxon)
+from bench.report.versus import verdict
+
+REPO = Path(__file__).resolve().parents[1]
+
+# Differences (points) with distinct |d| and no zeros: ranks of |d| are 3, 1, 4, 6, 5, 2, 8, 7; the
+# negative ones (-0.5, -1.0) hold ranks 1 and 2, so W- = 3 and W+ = 33. The exact two-sided p-value
+# counts the subsets of ranks {1..8} summing to at most 3: {}, {1}, {2}, {3}, {1,2} -> 5 of 2^8,
+# p = 2 * 5 / 256.
+HAND = [1.5, -0.5, 2.0, 3.0, 2.5, -1.0, 4.0, 3.5]
+
+
+def test_wilcoxon_matches_the_hand_computation() -> None:
+    statistic, p = wilcoxon([d / 100 for d in HAND])
+    assert statistic == 3.0
+    assert p == pytest.approx(10 / 256, abs=1e-12)
+
+
+def test_paired_comparison_counts_and_means() -> None:
+    pairs = [("a", seed) for seed in range(8)]
+    base = [0.90 + 0.001 * i for i in range(8)]
+    result = compare("fedavg", pairs, [b + d / 100 for b, d in zip(base, HAND)], base)
+    assert (result.wins, result.ties, result.losses) == (6, 0, 2)
+    assert result.mean == pytest.approx(sum(HAND) / 800)
+    assert result.statistic == 3.0 and result.p_value == pytest.approx(10 / 256)
+    low, high = result.interval
+    assert low < result.mean < high
+    assert result.interval == compare("fedavg", pairs, [b + d / 100 for b, d in zip(base, HAND)], base).interval
+    assert result.note is None
+
+
+def test_holm_matches_the_hand_computation() -> None:
+    # sorted: 0.01 * 3 = 0.03; 0.03 * 2 = 0.06; 0.04 * 1 = 0.04 -> max(0.06, 0.04) = 0.06
+    assert holm([0.01, 0.04, None, 0.03]) == [pytest.approx(0.03), pytest.approx(0.06), None, pytest.approx(0.06)]
+    assert holm([0.5, 0.9]) == [pytest.approx(1.0), pytest.approx(1.0)]
+
+
+def test_too_few_pairs_is_said_plainly() -> None:
+    assert smallest_p(5) == 2 / 32 and smallest_p(6) == 2 / 64
+    pairs = [("a", s) for s in range(6)]
+    five = compare("b", pairs, [1, 1, 1, 1, 1, 0.5], [0, 0, 0, 0, 0, 0.5])  # one tie: 5 non-zero pairs
+    assert five.note is not None and "5 non-zero pairs" in five.note and "0.0625" in five.note
+    assert verdict(five) == "too few pairs"
+    six = compare_all(pairs, [1.0] * 6, {"b": [0.0] * 6})[0]
+    assert six.note is None and six.p_value == pytest.approx(2 / 64) and verdict(six) == "better"
+
+
+def test_identical_methods_have_no_test_and_a_point_interval() -> None:
+    same = compare("b", [("a", s) for s in range(6)], [0.9] * 6, [0.9] * 6)
+    assert (same.statistic, same.p_value, same.interval) == (None, None, (0.0, 0.0))
+    assert bootstrap_interval([0.3]) is None
+
+
+def test_detectable_difference_grows_with_noise_and_needs_six_pairs() -> None:
+    assert detectable_difference(0.01, 5) is None
+    small, large = detectable_difference(0.005, 9), detectable_difference(0.01, 9)
+    assert small is not None and large is not None and small < large
+    assert detectable_difference(0.01, 30) < large  # more pairs detect less
+
+
+def _uv() -> str:
+    uv = os.environ.get("UV") or shutil.which("uv")
+    assert uv, "uv is needed to install the example plug-in package (run the tests with `uv run pytest`)"
+    return uv
+
+
+@pytest.mark.slow
+def test_versus_with_a_plugin_package_through_its_entry_point(tmp_path: Path, data_dir: Path) -> None:
+    """Pin a small suite, install the example package, then `bench versus` its method against the pins."""
+    target = tmp_path / "site"
+    subprocess.run([_uv(), "pip", "install", "--no-deps", "--offline", "--quiet", "--target", str(target),
+                    str(REPO / "examples" / "plugin_package")], check=True, capture_output=True)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(target), os.environ.get("PYTHONPATH", "")]),
+           "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}"}
+    params = tmp_path / "params.yaml"
+    params.write_text(yaml.safe_dump({
+        "suite": {"name": "tiny", "seeds": [0, 1, 2], "jobs": 2,
+                  "base": {"dataset": {"name": "digits"}, "partition": {"num_clients": 4, "seed": 0},
+                           "training": {"rounds": 3}, "evaluation": {"every": 1}, "tracking": {"mlflow": False}}},
+        "settings": {"iid": {"partition": {"scheme": "iid"}},
+                     "dir0.3": {"partition": {"scheme": "dirichlet", "alpha": 0.3, "min_size": 5}}},
+        "methods": {"fedavg": {"name": "fedavg"}, "fedprox": {"name": "fedprox", "mu": 0.1}}}))
+
+    def bench(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "bench.cli", *args], cwd=tmp_path, env=env, text=True,
+                              capture_output=True)
+
+    for step in (["suite", "partition"], ["suite", "train"], ["pin"]):
+        done = bench(*step, "--params", str(params), "--data-dir", str(data_dir))
+        assert done.returncode == 0, done.stderr
+    assert "fedavg_ls" in bench("algorithms").stdout
+    done = bench("versus", "fedavg_ls", "--params", str(params), "--data-dir", str(data_dir),
+                 "-S", "methods.fedavg_ls.smoothing=0.2")
+    assert done.returncode == 0, done.stderr
+    out = tmp_path / "runs" / "versus" / "tiny" / "fedavg_ls"
+    report = (out / "versus.md").read_text()
+    assert "| fedavg | 6 |" in report and "| fedprox | 6 |" in report
+    assert (out / "versus.png").stat().st_size > 10_000
+    # The differences are the new runs' final global accuracy minus the pinned per-seed values.
+    pinned = json.loads((tmp_path / "reports" / "pinned" / "tiny.json").read_text())["values"]
+    rows = list(csv.DictReader((out / "versus.csv").open()))
+    assert len(rows) == 12
+    for row in rows:
+        run = out / "runs" / row["setting"] / f"seed{row['seed']}"
+        new = json.loads((run / "metrics.json").read_text())["final"]["global_acc"]
+        base = pinned[row["baseline"]][row["setting"]]["seeds"][row["seed"]]["values"]["final_global_acc"]
+        assert float(row["difference"]) == new - base
+        assert yaml.safe_load((run / "config.yaml").read_text())["algorithm"]["smoothing"] == 0.2
+        baseline_run = tmp_path / "results" / "tiny" / row["baseline"] / row["setting"] / f"seed{row['seed']}"
+        assert (json.loads((run / "provenance.json").read_text())["partition_sha256"]
+                == json.loads((baseline_run / "provenance.json").read_text())["partition_sha256"])
+    # Logged to MLflow, with the files.
+    import mlflow
+
+    mlflow.set_tracking_uri(env["MLFLOW_TRACKING_URI"])
+    [logged] = mlflow.search_runs(experiment_names=["versus-tiny"], output_format="list")
+    assert logged.data.params["statistic"] == "final_global_acc"
+    assert {"fedavg.p_holm", "fedprox.mean_diff"} <= set(logged.data.metrics)
+    # The baselines were not re-trained; a second call trains nothing either.
+    again = bench("versus", "fedavg_ls", "--params", str(params), "--data-dir", str(data_dir), "--no-train",
+                  "--no-mlflow", "-S", "methods.fedavg_ls.smoothing=0.2")
+    assert again.returncode == 0, again.stderr
+    assert "training" not in again.stdout
+    bad = bench("versus", "fedavg_ls", "--params", str(params), "--no-train", "--statistic",
+                "final_clientmax_local_acc", "-S", "methods.fedavg_ls.smoothing=0.2")
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "not pinned" in bad.stderr
+
+
+def _pinned(values: dict[str, dict[str, list[float]]]):
+    from bench.report.pinned import PinnedFile
+
+    return PinnedFile.model_validate({
+        "format": "fkd-bench-pinned", "format_version": 1, "suite": "s", "environment": {}, "tolerance": {},
+        "values": {m: {s: {"seeds": {i: {"config_sha256": "x", "values": {"final_global_acc": v}}
+                                     for i, v in enumerate(vs)}, "mean": {}} for s, vs in cells.items()}
+                   for m, cells in values.items()}})
+
+
+def test_sensitivity_spreads_match_the_hand_computation() -> None:
+    from bench.report.versus import sensitivity
+    from bench.suites.statistics import Statistic
+
+    # a - b per seed: setting x: 0.02, 0.04, 0.06 (std 0.02); setting y: 0.01, 0.01, 0.04 (std 0.01732)
+    pinned = _pinned({"a": {"x": [0.92, 0.94, 0.96], "y": [0.81, 0.83, 0.88]},
+                      "b": {"x": [0.90, 0.90, 0.90], "y": [0.80, 0.82, 0.84]}})
+    result = sensitivity(pinned, Statistic.model_validate("final_global_acc"))
+    assert result.pairs == 6 and result.methods == 2 and result.method_pairs == 1
+    assert result.pair_noise == pytest.approx(((0.02 ** 2 + 0.01732051 ** 2) / 2) ** 0.5, rel=1e-5)
+    # within-cell variances: a/x 0.0004, a/y 0.0013, b/x 0, b/y 0.0004 -> pooled std sqrt(0.0021 / 4)
+    assert result.seed_spread == pytest.approx((0.0021 / 4) ** 0.5)
+    # method means: x 0.94 vs 0.90, y 0.84 vs 0.82 -> std of two values |d| / sqrt(2), averaged
+    assert result.method_spread == pytest.approx((0.04 + 0.02) / 2 / 2 ** 0.5)
+    assert result.separated == 1  # six positive differences: p = 2/64
+    assert result.detectable is not None and result.detectable < 0.04
+
+
+def test_default_baselines_leave_out_methods_without_the_statistic() -> None:
+    from bench.report.pinned import load_pinned
+    from bench.report.versus import default_baselines
+    from bench.suites import load_suite
+    from bench.suites.statistics import Statistic
+
+    suite = load_suite(REPO / "params.yaml")
+    pinned = load_pinned(REPO / "reports" / "pinned" / "default.json", suite)
+    kept, skipped = default_baselines(suite, pinned, "fedavg", Statistic.model_validate("final_global_acc"))
+    assert skipped == ["standalone"] and "fedavg" not in kept and len(kept) == len(suite.methods) - 2
