@@ -203,9 +203,32 @@ def test_fedproto_prototypes_and_loss_by_hand() -> None:
     y = torch.tensor([0, 1, 2])
     ce = nn.functional.cross_entropy(x @ W.T, y)
     by_hand = ((x - c.features[y]) ** 2).sum(1).mean()  # (1/B)Σ‖h − C^y‖²
-    torch.testing.assert_close(proto.local_loss(STEP, _client(Tiny(W), x, y, c, "fedproto"), x, y), ce + 0.05 * by_hand)
-    mse = _algorithm("fedproto", distance="mse").local_loss(STEP, _client(Tiny(W), x, y, c, "fedproto"), x, y)
-    torch.testing.assert_close(mse, ce + 0.05 * by_hand / 2)
+    d = x.shape[1]
+    torch.testing.assert_close(proto.local_loss(STEP, _client(Tiny(W), x, y, c, "fedproto"), x, y),
+                               ce + 0.05 * by_hand / d)  # default: MSE, i.e. also over d
+    sq_l2 = _algorithm("fedproto", distance="sq_l2").local_loss(STEP, _client(Tiny(W), x, y, c, "fedproto"), x, y)
+    torch.testing.assert_close(sq_l2, ce + 0.05 * by_hand)
+
+
+def test_fedproto_default_distance_is_the_references_mse_loss() -> None:
+    """FedProto's and FedHKD's released code: nn.MSELoss()(features, target), target = the features
+    (detached) with each row replaced by its class prototype where the class has one."""
+    features = torch.tensor([[1.0, 2.0, 0.0], [0.5, -1.0, 3.0], [2.0, 2.0, 2.0], [0.0, 1.0, -1.0]], requires_grad=True)
+    y = torch.tensor([0, 2, 1, 0])
+    prototypes = ClassStatistics(torch.tensor([[1.0, 1.0, 1.0], [0.0, 0.0, 0.0], [0.0, -2.0, 1.0]]),
+                                 torch.zeros(3, 3), torch.tensor([4, 0, 1]))  # class 1: no prototype
+    target = features.detach().clone()
+    for k, label in enumerate(y.tolist()):
+        if prototypes.counts[label] > 0:
+            target[k] = prototypes.features[label]
+    reference = nn.MSELoss()(features, target)
+    ours = _algorithm("fedproto", in_dim=3).local_loss(STEP, _client(Tiny(torch.zeros(3, 3)), features, y, prototypes,
+                                                                     "fedproto"), features, y)
+    ce = nn.functional.cross_entropy(torch.zeros(4, 3), y)
+    torch.testing.assert_close(ours, ce + 0.05 * reference)
+    grad_ours, = torch.autograd.grad(ours, features)
+    grad_ref, = torch.autograd.grad(0.05 * reference, features)
+    torch.testing.assert_close(grad_ours, grad_ref)  # zero logits: CE has no gradient wrt the features here
 
 
 # -- runs and config ----------------------------------------------------------------------------

@@ -6,12 +6,28 @@ its train set (eval mode, no noise, no threshold), and uploads them with its cla
 FedAvg-aggregates the models (so there is a global model, Table 1) and combines the prototypes class
 by class. Local objective, from round 2 on (round 1 has no prototypes: plain CE):
 
-    CE + λ_proto·(1/B)Σ_k ‖R(x_k) − C^{y_k}‖²,   λ_proto = 0.05 [P],
+    CE + λ_proto·(1/(B·d))Σ_k ‖R(x_k) − C^{y_k}‖²,   λ_proto = 0.05 [P A.1],
 
-a sample whose class has no global prototype contributing 0. Options: ``proto_agg: counts`` (the
-[R] count weighting of FedHKD Eq. 9, default) or ``uniform`` (original FedProto: the unweighted mean
-over the clients holding the class); ``distance: sq_l2`` (the spec's formula, default) or ``mse``
-(``nn.MSELoss`` as FedProto's code, i.e. additionally divided by d).
+a sample whose class has no global prototype contributing 0 (it still counts in B).
+
+Reading of the distance (``distance``). The spec (§4) writes (1/B)Σ_k ‖R(x_k) − C^{y_k}‖² and calls it
+"squared L2 / MSE, as in FedProto"; the two differ by the factor d (32 on SVHN, 64 on CIFAR). Both
+reference implementations use ``nn.MSELoss()`` over the B × d feature matrix, with the feature itself
+(detached) as the target of a sample whose class has no prototype:
+
+* FedProto's official code (yuetan031/FedProto, ``lib/update.py`` ``update_weights_het``:
+  ``loss2 = nn.MSELoss()(proto_new, protos)``; ``loss = loss1 + loss2 * args.ld``, ``--ld`` 1 by
+  default in ``lib/options.py``, 0.1 in its README's CIFAR-10 command);
+* FedHKD's released FedProto baseline (CityChan/Federated-Hyper-Knowledge-Distillation,
+  ``Client/ClientFedProto.py`` ``update_weights_Proto``: ``loss2 = self.mse(F, target_features)`` with
+  ``self.mse = nn.MSELoss()`` from ``Client/ClientBase.py``; ``loss = loss1 + gamma*loss2``, ``--gamma``
+  0.05 by default in ``option.py``, 0.1 in the 2022-07 ``cifar10_training.sh``).
+
+So the default is ``mse`` (the references' reading; the weight stays the paper's λ_proto = 0.05), and
+``sq_l2`` (the spec's formula, d times stronger) is the option.
+
+Prototype aggregation (``proto_agg``): ``counts`` (the [R] count weighting of FedHKD Eq. 9, default) or
+``uniform`` (original FedProto: the unweighted mean over the clients holding the class).
 """
 from __future__ import annotations
 
@@ -32,7 +48,8 @@ from bench.engine.state import Client, NoState, Server, Update
 class FedProtoParams(AveragingParams):
     lam: float = Field(0.05, ge=0, description="λ_proto, weight of the prototype term")
     proto_agg: Literal["counts", "uniform"] = Field("counts", description="prototype weights N_i^j or 1")
-    distance: Literal["sq_l2", "mse"] = Field("sq_l2", description="‖h − C^y‖², or that over d")
+    distance: Literal["mse", "sq_l2"] = Field("mse", description="‖h − C^y‖² over d (nn.MSELoss, the references), "
+                                                                   "or not divided by d (the spec's formula)")
 
 
 @dataclass
