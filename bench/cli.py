@@ -148,7 +148,7 @@ def _suite_figures(args: argparse.Namespace) -> int:
 
 
 def _suite_train(args: argparse.Namespace) -> int:
-    from bench.runner.executor import run_many
+    from bench.runner.executor import Failure, run_many
 
     suite = _suite(args)
     methods = suite.train_order(args.method or list(suite.params.methods))  # dependencies (e.g. CF's standalone) first
@@ -158,9 +158,9 @@ def _suite_train(args: argparse.Namespace) -> int:
     jobs = args.jobs or suite.params.suite.jobs
     print(f"suite {suite.name}: {len(requests)} runs ({', '.join(methods)}) on {jobs} processes", flush=True)
     with SuiteProgress(suite.name, [r.config.training.rounds for r in requests]) as progress:
-        def done(index: int, outcome: dict | str) -> None:
-            if isinstance(outcome, str):
-                progress.write(f"  FAILED {outcome}")
+        def done(index: int, outcome: dict | Failure) -> None:
+            if isinstance(outcome, Failure):
+                progress.write(f"  {'DIVERGED' if outcome.diverged else 'FAILED'} {outcome.message}")
                 return
             final = ", ".join(f"{k}={v:.4f}" for k, v in outcome["final"].items() if k.endswith("acc"))
             progress.run_done(index, f"  {requests[index].out_dir}: {final}")
@@ -287,7 +287,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--setting", action="append", help="only this setting (repeatable)")
     suite_command("figures", "draw the suite's partition figures (client x class heatmaps)", _suite_figures
                   ).add_argument("--out", type=Path, help="folder (default: <root>/reports/<suite>/paper-figures)")
-    train = suite_command("train", "run every setting x seed of the given methods", _suite_train)
+    train = suite_command("train", "run every setting x seed of the given methods (a diverged run is an outcome: "
+                          "its failure.json records it and the report counts it)", _suite_train)
     train.add_argument("--method", action="append", help="only this method (repeatable; default: all)")
     train.add_argument("--jobs", type=int, default=None, help="parallel processes (default: suite.jobs)")
     suite_command("report", "write summary tables (Markdown, CSV, metrics.json), learning curves (CSV, PNG)",

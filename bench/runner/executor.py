@@ -61,19 +61,28 @@ def run_experiment(request: RunRequest, progress: ProgressFn | None = None, mlfl
     return json.loads((Path(request.out_dir) / "metrics.json").read_text())
 
 
+@dataclass(frozen=True)
+class Failure:
+    """A run that ended without metrics: it ``diverged`` (an outcome of the method, recorded in its
+    failure.json and counted by the report) or its input was bad."""
+
+    message: str
+    diverged: bool
+
+
 RoundFn = Callable[[int, int], None]
 """``(request index, round)``: a run finished a round."""
-DoneFn = Callable[[int, "dict[str, Any] | str"], None]
-"""``(request index, metrics or the reason it failed)``: a run ended."""
+DoneFn = Callable[[int, "dict[str, Any] | Failure"], None]
+"""``(request index, metrics or why it failed)``: a run ended."""
 
 
-def _run_quiet(request: RunRequest, index: int = 0, rounds: Any = None) -> dict[str, Any] | str:
+def _run_quiet(request: RunRequest, index: int = 0, rounds: Any = None) -> dict[str, Any] | Failure:
     """One run in a worker; ``rounds`` (a queue) hears ``(index, round)`` after every round."""
     progress = None if rounds is None else (lambda t, row: rounds.put((index, t)))
     try:
         return run_experiment(request, progress, mlflow=False)
     except (Diverged, BenchError) as exc:
-        return f"{request.out_dir}: {exc}"
+        return Failure(f"{request.out_dir}: {exc}", isinstance(exc, Diverged))
 
 
 def run_many(requests: list[RunRequest], jobs: int = 1, on_round: RoundFn | None = None,
@@ -83,8 +92,9 @@ def run_many(requests: list[RunRequest], jobs: int = 1, on_round: RoundFn | None
 
     Worker processes only train and write records; this process logs every run to MLflow from
     those records, in request order, so workers never import MLflow and the store sees one writer.
-    Raises :class:`BenchError` listing every failed run after all have finished."""
-    def record(outcomes: Iterator[dict[str, Any] | str]) -> list[dict[str, Any] | str]:
+    A diverged run is an outcome (its failure.json is its record; the report counts it); raises
+    :class:`BenchError` listing every run that failed otherwise, after all have finished."""
+    def record(outcomes: Iterator[dict[str, Any] | Failure]) -> list[dict[str, Any] | Failure]:
         done = []
         for index, (request, outcome) in enumerate(zip(requests, outcomes)):  # logging overlaps the runs still going
             if request.config.tracking.mlflow:
@@ -107,7 +117,7 @@ def run_many(requests: list[RunRequest], jobs: int = 1, on_round: RoundFn | None
             if listener:
                 rounds.put(None)
                 listener.join()
-    failures = [o for o in outcomes if isinstance(o, str)]
+    failures = [o.message for o in outcomes if isinstance(o, Failure) and not o.diverged]
     if failures:
         raise BenchError(f"{len(failures)} of {len(requests)} runs failed:\n  " + "\n  ".join(failures))
     return [o for o in outcomes if isinstance(o, dict)]
