@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import math
 import re
 import statistics
@@ -155,6 +156,13 @@ def run_ours(method: str, seed: int, args: argparse.Namespace, data_dir: Path) -
     return Outcome(final["global_acc"], final["local_acc"], False)
 
 
+def run_one(task: tuple[str, str, int], checkout: Path, args: argparse.Namespace, work: Path) -> Outcome:
+    """One run: ``(side, method, seed)`` with side ``released`` or ``ours``."""
+    side, method, seed = task
+    return run_released(checkout, method, seed, args, work) if side == "released" else \
+        run_ours(method, seed, args, work / "bench-data")
+
+
 def same_partitions(data: PreparedDataset, seed: int, args: argparse.Namespace, indices: Path) -> tuple[int, int]:
     """How many of the clients' train and local-test index multisets agree, of how many."""
     released = json.loads(indices.read_text())  # [train loaders, local test loaders]
@@ -182,6 +190,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--beta", type=float, default=0.5)
     parser.add_argument("--part", type=float, default=1.0, help="the code's --part: share of each client's data")
     parser.add_argument("--methods", nargs="+", choices=list(METHODS), default=list(METHODS))
+    parser.add_argument("--jobs", type=int, default=1, help="runs at once (each single-threaded)")
     parser.add_argument("--work", type=Path, help="folder for the data and the released code's logs (default: temp)")
     args = parser.parse_args(argv)
     try:
@@ -195,19 +204,22 @@ def main(argv: list[str] | None = None) -> int:
         register_dataset(DatasetSpec(DATASET, 10, (3, 32, 32), len(data.train_y), len(data.test_y), lambda root: data))
         prepare_dataset(DATASET, data_dir)
         write_svhn_mat(data, work / "released" / "data" / "SVHN")  # the code reads ../data/SVHN/
+        tasks = [(side, method, seed) for method in args.methods for seed in args.seeds for side in ("released", "ours")]
+        # forked workers inherit the dataset registered above; each run is single-threaded
+        with multiprocessing.get_context("fork").Pool(args.jobs) as pool:
+            outcomes = dict(zip(tasks, pool.starmap(run_one, [(t, args.checkout.resolve(), args, work) for t in tasks])))
         results: dict[tuple[str, str], list[Outcome]] = {}
         agree, total = 0, 0
         for method in args.methods:
             for seed in args.seeds:
-                released = run_released(args.checkout.resolve(), method, seed, args, work)
-                ours = run_ours(method, seed, args, data_dir)
+                released, ours = outcomes["released", method, seed], outcomes["ours", method, seed]
                 results.setdefault((method, "released code"), []).append(released)
                 results.setdefault((method, "ours, mode: code"), []).append(ours)
                 a, n = same_partitions(data, seed, args, work / "released" / f"{method}-seed{seed}" / "indices.json")
                 agree, total = agree + a, total + n
                 print(f"{method} seed {seed}: released global {released.global_acc:.4f} local {released.local_acc:.4f}"
                       f"{' (NaN loss)' if released.nan else ''}; ours global {ours.global_acc:.4f} local "
-                      f"{ours.local_acc:.4f}{' (diverged)' if ours.nan else ''}; partitions {a}/{n} equal", flush=True)
+                      f"{ours.local_acc:.4f}{' (diverged)' if ours.nan else ''}; partitions {a}/{n} equal")
     except BenchError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
