@@ -26,8 +26,9 @@ def our_cells(suite: Suite, runs: dict[RunKey, RunRecord], columns: list[ReportC
         for name, measure in paper.definition.tables[column.table].measures.items():
             statistic = column.statistics[name]
             for method in suite.params.methods:
-                values = [v for seed in suite.params.suite.seeds if (method, column.setting, seed) in runs
-                          and (v := statistic_value(suite, runs, (method, column.setting, seed), statistic)) is not None]
+                keys = [(method, column.setting, seed) for seed in suite.params.suite.seeds]
+                values = [v for key in keys if key in runs
+                          and (v := statistic_value(suite, runs, key, statistic)) is not None]
                 if len(values) == len(suite.params.suite.seeds):
                     out[method, column.key, name] = aggregate(values, measure.spread)
     return out

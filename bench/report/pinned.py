@@ -142,7 +142,8 @@ def pin(suite: Suite, path: Path, per_seed_abs: float | None = None, mean_abs: f
         values[method] = {}
         for setting in p.settings:
             seeds = {seed: runs.get((method, setting, seed)) for seed in sorted(p.suite.seeds)}
-            per_seed = {seed: seed_values(suite, runs, (method, setting, seed)) if r else {} for seed, r in seeds.items()}
+            per_seed = {seed: seed_values(suite, runs, (method, setting, seed)) if r else {}
+                        for seed, r in seeds.items()}
             finished = [per_seed[s] for s, r in seeds.items() if r]  # a diverged seed is pinned without values
             values[method][setting] = PinnedCell(
                 seeds={s: PinnedSeed(config_sha256=r.metrics["config_sha256"] if r else
