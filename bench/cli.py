@@ -148,7 +148,7 @@ def _suite_figures(args: argparse.Namespace) -> int:
 
 
 def _suite_train(args: argparse.Namespace) -> int:
-    from bench.runner.executor import Executor
+    from bench.runner.executor import Executor, Failure
     from bench.runner.parallel import run_many
 
     suite = _suite(args)
@@ -162,9 +162,9 @@ def _suite_train(args: argparse.Namespace) -> int:
                         section.ray.max_retries)
     print(f"suite {suite.name}: {len(requests)} runs ({', '.join(methods)}) on {executor.describe()}", flush=True)
     with SuiteProgress(suite.name, [r.config.training.rounds for r in requests]) as progress:
-        def done(index: int, outcome: dict | str) -> None:
-            if isinstance(outcome, str):
-                progress.write(f"  FAILED {outcome}")
+        def done(index: int, outcome: dict | Failure) -> None:
+            if isinstance(outcome, Failure):
+                progress.write(f"  {'DIVERGED' if outcome.diverged else 'FAILED'} {outcome.message}")
                 return
             final = ", ".join(f"{k}={v:.4f}" for k, v in outcome["final"].items() if k.endswith("acc"))
             progress.run_done(index, f"  {requests[index].out_dir}: {final}")
@@ -250,7 +250,7 @@ def _versus(args: argparse.Namespace) -> int:
     from bench.report.pinned import default_pinned_path, load_pinned
     from bench.report.versus import (compare_method, default_baselines, log_versus, parse_statistic, versus_requests,
                                      write_versus)
-    from bench.runner.executor import run_many
+    from bench.runner.parallel import run_many
     from bench.suites import load_suite
 
     probe = load_suite(args.params, args.root, args.set)
@@ -355,7 +355,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--setting", action="append", help="only this setting (repeatable)")
     suite_command("figures", "draw the suite's partition figures (client x class heatmaps)", _suite_figures
                   ).add_argument("--out", type=Path, help="folder (default: <root>/reports/<suite>/paper-figures)")
-    train = suite_command("train", "run every setting x seed of the given methods", _suite_train)
+    train = suite_command("train", "run every setting x seed of the given methods (a diverged run is an outcome: "
+                          "its failure.json records it and the report counts it)", _suite_train)
     train.add_argument("--method", action="append", help="only this method (repeatable; default: all)")
     train.add_argument("--jobs", type=int, default=None, help="parallel runs (default: suite.jobs)")
     train.add_argument("--executor", choices=["serial", "processes", "ray"], default=None,

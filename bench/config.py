@@ -26,6 +26,10 @@ class Strict(BaseModel):
 
 class DatasetConfig(Strict):
     name: str = "digits"
+    normalize: Literal["stats", "half"] = Field("stats", exclude_if=lambda v: v == "stats", description=(
+        "input normalisation: each channel by the dataset's own mean and std, or torchvision's "
+        "Normalize(0.5, 0.5) to [-1, 1] (FedHKD's released code, specs/fedhkd.md §5.1); left out of the "
+        "resolved config at its default, so the runs from before it keep their hash"))
 
 
 class PartitionConfig(BaseModel):
@@ -113,6 +117,11 @@ class EvaluationConfig(Strict):
     clients_on_global_test: bool = Field(False, description="each client's model on the global test set "
                                                             "(client_global_acc: FedAL, FedAKD)")
     batch_size: int = Field(1024, ge=1)
+    accuracy: Literal["samples", "batches"] = Field("samples", exclude_if=lambda v: v == "samples", description=(
+        "exact sample-level accuracy, or the mean of per-batch accuracies over seeded shuffled batches of "
+        "training.batch_size, the last partial batch dropped on client splits when training.drop_last "
+        "(FedHKD's released code, specs/fedhkd.md §3.7); left out of the resolved config at its default, "
+        "so the runs from before it keep their hash"))
 
 
 class AlgorithmConfig(BaseModel):

@@ -11,13 +11,14 @@ from scipy.stats import norm
 from torch import nn
 
 from bench.algorithms import Algorithm, get_algorithm
-from bench.algorithms.fedhkd import (Knowledge, KnowledgeUpdate, classifier_distillation, dp_noise_std,
-                                    gaussian_sigma_threshold)
+from bench.algorithms.fedhkd import (FedHKDParams, Knowledge, KnowledgeUpdate, classifier_distillation,
+                                    dp_noise_std, gaussian_sigma_threshold, tempered_softmax)
 from bench.algorithms.fedproto import PrototypeUpdate, Prototypes
 from bench.engine.context import Context
 from bench.runner.federation import run_federation
-from bench.engine.knowledge import ClassStatistics, feature_alignment, last_writer_class_statistics
-from bench.rng import numpy_stream
+from bench.engine.knowledge import (ClassStatistics, aggregate_class_statistics, feature_alignment,
+                                    last_writer_class_statistics)
+from bench.rng import numpy_stream, torch_stream
 from bench.engine.loop import Step
 from bench.engine.state import Client, ClientData, Server
 from bench.errors import BenchError
@@ -134,8 +135,8 @@ def test_last_writer_aggregation_by_hand() -> None:
     torch.testing.assert_close(k.features, torch.tensor([[1.0, 0.0], [0.0, 2.0], [2.0, 2.0]]))
     k = last_writer_class_statistics([_stats([[5.0, 5.0], [0, 0], [0, 0]], [1, 0, 0])], previous=OLD)
     torch.testing.assert_close(k.features[1:], OLD.features[1:])  # persists across rounds
-    # code mode: the order is the round's seeded random permutation of the clients
-    code = _algorithm(mode="code")
+    # taken in at the round's end (hk_update: round): the order is the round's seeded permutation
+    code = _algorithm(mode="code", hk_update="round")
     order = numpy_stream(code.ctx.seed, "hk-order", 4).permutation(2).tolist()
     expected = last_writer_class_statistics([[A, B][i] for i in order], previous=OLD)
     k = _aggregate(code, 4, [A, B], previous=OLD)
@@ -184,6 +185,60 @@ def test_local_loss_terms_and_fedhkd_star() -> None:
     star = _algorithm(gamma=0).local_loss(STEP, _client(Tiny(W), x, y, H), x, y)
     assert torch.equal(star, ce + 0.05 * kd)  # γ = 0 removes the feature term exactly
     assert torch.equal(_algorithm().local_loss(STEP, _client(Tiny(W), x, y, None), x, y), ce)  # round 1: plain CE
+
+
+def test_naive_softmax_overflows_and_its_log_underflows_as_the_released_code() -> None:
+    z = torch.tensor([[1.0, 0.5, -2.0]])
+    torch.testing.assert_close(tempered_softmax(z, T, "naive"), tempered_softmax(z, T, "stable"))
+    over = tempered_softmax(torch.tensor([[50.0, 0.0, 0.0]]), T, "naive")  # e^100 = inf: inf/inf, 1/inf
+    assert torch.isnan(over[0, 0]) and over[0, 1:].tolist() == [0.0, 0.0]
+    assert torch.isfinite(tempered_softmax(torch.tensor([[50.0, 0.0, 0.0]]), T, "stable")).all()
+    # G(𝓗^0) = (0, -60, 0): e^(-120) underflows to 0, so log Q = -inf where 𝓠 > 0 and KL = inf
+    far = _stats([[0.0, -30.0], [0.0, 0.0], [0.0, 0.0]], [1, 0, 0], [[0.2, 0.6, 0.2], [0] * 3, [0] * 3])
+    classifier = Tiny(W).classifier
+    assert torch.isinf(classifier_distillation(classifier, far, T, "kl", "present", "naive"))
+    stable = classifier_distillation(classifier, far, T, "kl", "present", "stable")
+    log_p = torch.tensor([-60.0, -180.0, 0.0]) - math.log1p(math.exp(-60) + math.exp(-180))  # log Q((0, -60, 30), 0.5)
+    q = far.soft[0]
+    assert math.isclose(stable.item(), float((q * (q.log() - log_p)).sum()) / 3, rel_tol=1e-5)
+
+
+def test_knowledge_over_one_pass_of_the_shuffled_drop_last_loader() -> None:
+    x = torch.tensor([[1.0, 0.0], [2.0, 0.0], [3.0, 0.0], [0.0, 1.0], [0.0, 2.0], [0.0, 3.0], [0.0, 4.0]])
+    y = torch.tensor([0, 0, 0, 2, 2, 2, 2])
+    cfg = {"training": {"batch_size": 3, "drop_last": True}}
+    hkd = _algorithm(noise="none", hk_data="loader")
+    hkd.ctx = Context(small_config(algorithm={"name": "fedhkd"}, **cfg), (2,), 3, torch.device("cpu"))
+    k = hkd.local_knowledge(_client(Tiny(W), x, y), round_index=2)
+    kept = torch.randperm(7, generator=torch_stream(hkd.ctx.seed, "hk-batches", 0, 2))[:6]  # 2 batches of 3
+    assert k.counts.tolist() == [int((y[kept] == 0).sum()), 0, int((y[kept] == 2).sum())] and k.counts.sum() == 6
+    torch.testing.assert_close(k.features[2], x[kept][y[kept] == 2].mean(0))
+    whole = _algorithm(noise="none").local_knowledge(_client(Tiny(W), x, y), round_index=2)
+    assert whole.counts.tolist() == [3, 0, 4]
+
+
+def test_code_mode_round_one_is_plain_ce_even_with_knowledge_written_this_round() -> None:
+    x = torch.tensor([[1.0, 1.0], [2.0, 0.0], [0.0, 0.0]])
+    y = torch.tensor([0, 1, 2])
+    ce = nn.functional.cross_entropy(x @ W.T, y)
+    code = _algorithm(mode="code")
+    assert torch.equal(code.local_loss(Step(round=1, index=0), _client(Tiny(W), x, y, H), x, y), ce)
+    assert not torch.equal(code.local_loss(STEP, _client(Tiny(W), x, y, H), x, y), ce)
+
+
+@pytest.mark.parametrize("mode", ["paper", "code"])
+def test_code_mode_takes_in_knowledge_client_by_client_in_the_seeded_order(data_dir: Path, mode: str) -> None:
+    """hk_update: client — after the round the server's knowledge is the last writer over the clients in
+    Context.client_order; paper mode's (Eq. 9) is the count-weighted mean of the same uploads."""
+    one = {**RUN, "training": {**RUN["training"], "rounds": 1}}
+    result = run_federation(small_config(algorithm={"name": "fedhkd", "mode": mode, "noise": "none"}, **one), data_dir)
+    algorithm, clients = result.state.algorithm, result.state.clients
+    local = [algorithm.local_knowledge(c, 1) for c in clients]  # the models after round 1, as uploaded
+    order = algorithm.ctx.client_order(1, len(clients))
+    expected = (last_writer_class_statistics([local[i] for i in order]) if mode == "code"
+                else aggregate_class_statistics(local, "counts"))
+    torch.testing.assert_close(result.state.server.state.knowledge.features, expected.features)
+    torch.testing.assert_close(result.state.server.state.knowledge.soft, expected.soft)
 
 
 # -- FedProto (§4) ------------------------------------------------------------------------------
@@ -263,8 +318,13 @@ def test_mode_sets_switch_defaults_and_explicit_switches_win() -> None:
     assert (code["kd_dist"], code["feat_dist"], code["hk_agg"], code["noise"], code["weighting"]) == \
         ("kl", "mse", "last_writer", "const", "uniform")
     assert paper["nu_mode"] == code["nu_mode"] == "none" and paper["lam"] == code["gamma"] == 0.05
-    mixed = small_config(algorithm={"name": "fedhkd", "mode": "code", "hk_agg": "weighted"}).algorithm.params
-    assert mixed["hk_agg"] == "weighted" and mixed["noise"] == "const"
+    assert not {"hk_update", "softmax", "hk_data"} & set(paper)  # left out at paper values: paper runs keep their hash
+    resolved = FedHKDParams.model_validate(paper)
+    assert (resolved.hk_update, resolved.softmax, resolved.hk_data) == ("round", "stable", "all")
+    assert (code["hk_update"], code["softmax"], code["hk_data"]) == ("client", "naive", "loader")
+    mixed = small_config(algorithm={"name": "fedhkd", "mode": "code", "hk_agg": "weighted",
+                                    "hk_update": "round"}).algorithm.params
+    assert mixed["hk_agg"] == "weighted" and mixed["noise"] == "const" and mixed["softmax"] == "naive"
     assert small_config(algorithm=mixed | {"name": "fedhkd"}).algorithm.params == mixed  # resolved config re-validates
 
 
@@ -272,6 +332,7 @@ def test_mode_sets_switch_defaults_and_explicit_switches_win() -> None:
     {"name": "fedhkd", "lam": -1}, {"name": "fedhkd", "gamma": -0.1}, {"name": "fedhkd", "temperature": 0},
     {"name": "fedhkd", "nu": 1.5}, {"name": "fedhkd", "mode": "released"}, {"name": "fedhkd", "noise": "laplace"},
     {"name": "fedhkd", "hk_agg": "mean"}, {"name": "fedhkd", "sigma": -7}, {"name": "fedhkd", "lambda": 0.1},
+    {"name": "fedhkd", "mode": "code", "hk_agg": "weighted"}, {"name": "fedhkd", "softmax": "exact"},
     {"name": "fedproto", "lam": -1}, {"name": "fedproto", "proto_agg": "max"}])
 def test_bad_hyperparameters_are_rejected(algorithm: dict) -> None:
     with pytest.raises(BenchError):

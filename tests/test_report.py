@@ -216,6 +216,45 @@ def test_missing_or_failed_run_is_named(suite_root: Path, tmp_path: Path, capsys
     assert "produce the runs with `bench suite train --method standalone`" in out
 
 
+def test_a_diverged_run_is_an_outcome_counted_per_cell(suite_root: Path, tmp_path: Path,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    """`bench suite train` records a diverged run (failure.json) and succeeds; the report counts the cell's
+    diverged seeds and computes its statistics over the others; pin and compare accept it."""
+    from bench.suites import load_suite
+    from bench.tracking import write_failure
+
+    root = tmp_path / "copy"
+    shutil.copytree(suite_root, root, ignore=shutil.ignore_patterns("data"))
+    common = ["--params", str(root / "params.yaml"), "--data-dir", str(suite_root / "data")]
+    explode = ["-S", "methods.standalone.config={training: {optimizer: {name: sgd, lr: 1.0e+6}}}", "-S", "suite.seeds=[1]"]
+    capsys.readouterr()
+    assert main(["suite", "train", *common, *explode, "--method", "standalone"]) == 0
+    assert "DIVERGED" in capsys.readouterr().out
+    exploded = root / "results/tiny/standalone/iid/seed1"
+    assert (exploded / "failure.json").exists() and not (exploded / "metrics.json").exists()
+    assert main(["suite", "report", *common, *explode, "--out", str(tmp_path / "r1")]) == 0
+    assert "| standalone | — (1/1 diverged) |" in (tmp_path / "r1" / "summary.md").read_text()
+
+    # seed 1 diverged under the suite's own config, seed 0 finished
+    suite = load_suite(root / "params.yaml")
+    for setting in SETTINGS:  # back to the runs of the suite's config
+        shutil.rmtree(root / "results/tiny/standalone" / setting / "seed1")
+        shutil.copytree(suite_root / "results/tiny/standalone" / setting / "seed1",
+                        root / "results/tiny/standalone" / setting / "seed1")
+    shutil.rmtree(exploded)
+    write_failure(exploded, suite.config("standalone", "iid", 1), "diverged at round 2 (client 0): the loss became NaN")
+    assert main(["suite", "report", *common, "--out", str(tmp_path / "r")]) == 0
+    summary = (tmp_path / "r" / "summary.md").read_text()
+    local = next(line for line in summary.split("## Local accuracy")[1].splitlines() if line.startswith("| standalone"))
+    final = seed_metrics(suite_root, "standalone", "iid")[0]["final"]["local_acc"]
+    assert f"| {100 * final:.2f} (1/2 diverged) |" in local  # the statistics of seed 0 alone
+    assert main(["pin", *common, "--out", str(tmp_path / "pinned.json")]) == 0
+    cell = json.loads((tmp_path / "pinned.json").read_text())["values"]["standalone"]["iid"]
+    assert cell["seeds"]["1"]["values"] == {} and cell["mean"]["final_local_acc"] == final
+    capsys.readouterr()
+    assert main(["compare", *common, "--pinned", str(tmp_path / "pinned.json")]) == 0
+
+
 def test_pinned_values_are_the_same_from_records_or_metrics(tmp_path: Path,
                                                            capsys: pytest.CaptureFixture[str]) -> None:
     """The pinned keys and values of runs with per-client records.csv are metrics.json's, bitwise; a run

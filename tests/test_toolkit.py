@@ -239,3 +239,99 @@ def test_load_state_is_load_state_dict(personal: bool) -> None:
     assert all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values()))
     with pytest.raises(RuntimeError):  # what load_state_dict refuses, load_state refuses
         load_state(a, {**state, "extra": torch.zeros(1)})
+
+
+# -- evaluation and input options; the sequential communication pattern -------------------------
+
+class _Fixed(nn.Module):
+    """logits = x itself (prediction: argmax of the input row)."""
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return x, x
+
+
+def test_batch_mean_accuracy_is_the_mean_of_per_batch_accuracies_over_a_seeded_pass() -> None:
+    from bench.engine.context import Context
+    from tests.conftest import small_config
+
+    ctx = Context(small_config(training={"batch_size": 2}), (2,), 2, torch.device("cpu"))
+    x = torch.tensor([[1.0, 0.0], [1.0, 0.0], [0.0, 1.0], [0.0, 1.0], [1.0, 0.0]])
+    y = torch.tensor([0, 1, 1, 1, 1])  # predictions 0 0 1 1 0: correct, wrong, right, right, wrong
+    perm = torch.randperm(5, generator=torch_stream(ctx.seed, "k", 3))
+    correct = (x.argmax(1) == y).float()[perm]
+    by_hand = [correct[0:2].mean().item(), correct[2:4].mean().item()]
+    assert ctx.batch_mean_accuracy(_Fixed(), x, y, True, "k", 3) == pytest.approx(sum(by_hand) / 2, abs=1e-12)
+    kept = by_hand + [correct[4:].mean().item()]  # the last batch of one sample weighs as much as a full one
+    assert ctx.batch_mean_accuracy(_Fixed(), x, y, False, "k", 3) == pytest.approx(sum(kept) / 3, abs=1e-12)
+    assert ctx.accuracy(_Fixed(), x, y) == 3 / 5
+
+
+def test_batch_accuracy_evaluation_and_half_normalisation_in_a_run(data_dir) -> None:  # type: ignore[no-untyped-def]
+    from bench.data import load_dataset
+    from bench.runner.federation import run_federation, to_tensor
+    from tests.conftest import small_config
+
+    data = load_dataset("digits", data_dir)
+    half = to_tensor(data.train_x[:4], data, torch.device("cpu"), "half")
+    torch.testing.assert_close(half, torch.from_numpy(data.train_x[:4]).float() / 127.5 - 1)
+    plain = run_federation(small_config(training={"rounds": 1}), data_dir)
+    batches = run_federation(small_config(training={"rounds": 1}, evaluation={"accuracy": "batches"}), data_dir)
+    models = plain.state.server.model.state_dict(), batches.state.server.model.state_dict()
+    assert all(torch.equal(models[0][k], models[1][k]) for k in models[0])  # evaluation changes no training
+    assert plain.curves[0]["global_acc"] != batches.curves[0]["global_acc"]  # 450 test images in batches of 32
+    again = run_federation(small_config(training={"rounds": 1}, evaluation={"accuracy": "batches"}), data_dir)
+    assert again.curves == batches.curves
+    shifted = run_federation(small_config(training={"rounds": 1}, dataset={"normalize": "half"}), data_dir)
+    assert shifted.curves != plain.curves
+
+
+def test_sequential_method_trains_clients_in_a_seeded_order_and_takes_in_each_update() -> None:
+    """A method declaring ``sequential()`` trains its clients one after another in the order of
+    ``Context.client_order``; each client's broadcast sees the updates taken in before it; the round's
+    aggregation gets the updates in client-id order."""
+    from dataclasses import dataclass
+
+    from bench.algorithms.base import Algorithm
+    from bench.engine.context import Context
+    from bench.engine.state import Client, ClientData, NoState, Server, Update
+    from tests.conftest import small_config
+
+    @dataclass
+    class Seen(NoState):
+        writers: tuple[int, ...] = ()
+
+    class Relay(Algorithm[Seen, Seen]):
+        has_global_model = False
+        ClientState = ServerState = Seen
+        log: list[tuple[int, tuple[int, ...]]] = []
+        aggregated: list[int] = []
+
+        def sequential(self) -> bool:
+            return True
+
+        def broadcast(self, server: Server[Seen], client: Client[Seen]) -> None:
+            client.state.writers = server.state.writers
+
+        def local_update(self, round_index: int, server: Server[Seen], client: Client[Seen]) -> tuple[Update, float]:
+            self.log.append((client.cid, client.state.writers))
+            return Update(client.cid, 1, {}), float(client.cid)
+
+        def receive(self, round_index: int, server: Server[Seen], update: Update) -> None:
+            server.state.writers = (*server.state.writers, update.cid)
+
+        def aggregate(self, round_index: int, server: Server[Seen], updates: list[Update]) -> None:
+            self.aggregated[:] = [u.cid for u in updates]
+
+    ctx = Context(small_config(), (2,), 2, torch.device("cpu"))
+    relay = Relay(Relay.Params(), ctx)
+    server = relay.init_server()
+    data = ClientData(torch.zeros(1, 2), torch.zeros(1, dtype=torch.long), torch.zeros(0, 2), torch.zeros(0))
+    clients = [Client(cid, data, nn.Linear(2, 2), Seen()) for cid in range(5)]
+    metrics = relay.run_round(4, server, clients)
+    order = ctx.client_order(4, 5)
+    assert sorted(order) == list(range(5)) and order != list(range(5))  # a permutation, here not the id order
+    assert [cid for cid, _ in relay.log] == order
+    assert all(seen == tuple(order[:k]) for k, (_, seen) in enumerate(relay.log))  # each sees those before it
+    assert relay.aggregated == list(range(5)) and metrics["train_loss"] == 2.0
+    assert ctx.client_order(5, 5) != order and Context(small_config(), (2,), 2, torch.device("cpu")).client_order(
+        4, 5) == order

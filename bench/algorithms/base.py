@@ -80,15 +80,29 @@ class Algorithm(Generic[ClientStateT, ServerStateT]):
 
     # -- one round ------------------------------------------------------------------------------
 
+    def sequential(self) -> bool:
+        """The communication pattern: False (default), every selected client starts from the server state
+        of the round's start; True, clients train one after another in a seeded random order
+        (:meth:`~bench.engine.context.Context.client_order`) and the server takes in each update
+        (:meth:`receive`) before the next client's broadcast (FedHKD's released code, specs/fedhkd.md §3.9)."""
+        return False
+
     def run_round(self, round_index: int, server: Server[ServerStateT],
                   clients: list[Client[ClientStateT]]) -> dict[str, float]:
-        """One communication round over the selected ``clients`` (sorted by id); returns metrics."""
-        updates, losses = [], []
-        for client in clients:
+        """One communication round over the selected ``clients`` (sorted by id): each is broadcast to and
+        trains (in id order, or in the seeded order of a :meth:`sequential` method, whose server takes in
+        each update at once); then the updates, in client-id order, are aggregated. Returns metrics."""
+        order = [clients[i] for i in self.ctx.client_order(round_index, len(clients))] if self.sequential() \
+            else clients
+        done: dict[int, tuple[Update, float]] = {}
+        for client in order:
             self.broadcast(server, client)
             update, loss = self.local_update(round_index, server, client)
-            updates.append(update)
-            losses.append(loss)
+            if self.sequential():
+                self.receive(round_index, server, update)
+            done[client.cid] = update, loss
+        updates = [done[c.cid][0] for c in clients]
+        losses = [done[c.cid][1] for c in clients]
         self.aggregate(round_index, server, updates)
         return {"train_loss": sum(losses) / len(losses)}
 
@@ -106,6 +120,9 @@ class Algorithm(Generic[ClientStateT, ServerStateT]):
         """The per-batch local objective; plain cross-entropy by default."""
         _, logits = client.model(x)
         return F.cross_entropy(logits, y)
+
+    def receive(self, round_index: int, server: Server[ServerStateT], update: Update) -> None:
+        """A :meth:`sequential` method's server taking in one client's update within the round."""
 
     def aggregate(self, round_index: int, server: Server[ServerStateT], updates: list[Update]) -> None:
         """Combine the clients' updates into the server state. Methods without one do nothing."""

@@ -30,13 +30,27 @@ term averages over the mini-batch; missing classes are dropped with the literal 
                                           ``noise_std`` = 2 per client and round for all classes
     weighting   samples     uniform       A7 FedAvg weights N_i, or the unweighted mean
     nu_mode     none        none          A1
+    hk_update   round       client        §3.4/§3.9: the server's knowledge is fixed for the round (Eq. 9
+                                          after all clients), or updated after each client, the clients
+                                          training one after another in a seeded random order, so later
+                                          clients distil from knowledge earlier ones wrote this round
+                                          (``client`` needs ``hk_agg: last_writer``)
+    softmax     stable      naive         §3.9: Q(z, T) (Eq. 2) with the max shift and term 2 through
+                                          log_softmax, or the code's ``soft_predict`` exp(z/T)/Σexp(z/T)
+                                          then ``log``: exp overflows to inf/inf = NaN for z/T > 88 and
+                                          underflows to log 0 = -inf, both of which end the run as diverged
+    hk_data     all         loader        §3.1: knowledge over the whole train set, or over one pass of
+                                          the shuffled train loader (batch size and ``drop_last`` of the
+                                          training config), which skips the last partial batch
 
-λ, γ, T, σ, ζ, ν keep the paper's values in both modes (the 2022 scripts used λ = γ = 0.1, §3.9).
-The code's other differences live in the run config, not here: constant lr (A6,
-``training.lr_decay.every: null`` vs 10), clipping 1.1 (A11, ``training.grad_clip``), ``drop_last``
-loaders and its partition (A8). Not replicated: the code's extraction over a ``drop_last`` shuffled
-loader (§3.1) and its batch-averaged accuracies (§3.7). The optional coordinate clipping of h for
-rigorous DP (§3.3 (a)) is not implemented; the paper does not clip.
+Round 1 is plain CE in both modes (§3.6; in ``hk_update: client`` the knowledge written during round 1
+is first used in round 2, as in the code). λ, γ, T, σ, ζ, ν keep the paper's values in both modes (the
+2022 scripts used λ = γ = 0.1, §3.9). The code's other differences live in the run config, not here:
+constant lr (A6, ``training.lr_decay.every: null`` vs 10), clipping 1.1 (A11, ``training.grad_clip``),
+``drop_last`` loaders and its partition (A8), its batch-averaged accuracies (§3.7,
+``evaluation.accuracy: batches``) and its ``Normalize(0.5, 0.5)`` inputs (§5.1, ``dataset.normalize:
+half``). The optional coordinate clipping of h for rigorous DP (§3.3 (a)) is not implemented; the paper
+does not clip.
 """
 from __future__ import annotations
 
@@ -46,7 +60,7 @@ from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
-from pydantic import Field, model_validator
+from pydantic import Field, SerializerFunctionWrapHandler, model_serializer, model_validator
 from torch import nn
 
 from bench.algorithms import register_algorithm
@@ -59,11 +73,14 @@ from bench.rng import numpy_stream, torch_stream
 
 MODE_DEFAULTS: dict[str, dict[str, str]] = {
     "paper": {"kd_dist": "l2", "kd_norm": "classes", "feat_dist": "l2", "feat_norm": "batch",
-              "hk_agg": "weighted", "noise": "paper", "weighting": "samples", "nu_mode": "none"},
+              "hk_agg": "weighted", "noise": "paper", "weighting": "samples", "nu_mode": "none",
+              "hk_update": "round", "softmax": "stable", "hk_data": "all"},
     "code": {"kd_dist": "kl", "kd_norm": "present", "feat_dist": "mse", "feat_norm": "batch",
-             "hk_agg": "last_writer", "noise": "const", "weighting": "uniform", "nu_mode": "none"},
+             "hk_agg": "last_writer", "noise": "const", "weighting": "uniform", "nu_mode": "none",
+             "hk_update": "client", "softmax": "naive", "hk_data": "loader"},
 }
 """The switches each ``mode`` sets unless given explicitly (paper: §3.8 [R]; code: §3.9)."""
+LATER_SWITCHES = ("hk_update", "softmax", "hk_data")
 
 
 class FedHKDParams(AveragingParams):
@@ -82,6 +99,9 @@ class FedHKDParams(AveragingParams):
     kd_norm: Literal["classes", "present"] = "classes"
     feat_dist: Literal["l2", "mse"] = "l2"
     feat_norm: Literal["batch", "present"] = "batch"
+    hk_update: Literal["round", "client"] = "round"
+    softmax: Literal["stable", "naive"] = "stable"
+    hk_data: Literal["all", "loader"] = "all"
 
     @model_validator(mode="before")
     @classmethod
@@ -89,6 +109,25 @@ class FedHKDParams(AveragingParams):
         if isinstance(data, dict) and data.get("mode", "paper") in MODE_DEFAULTS:
             return {**MODE_DEFAULTS[data.get("mode", "paper")], **data}
         return data
+
+    @model_serializer(mode="wrap")
+    def _paper_runs_keep_their_identity(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """The switches added with the released-code comparison (:data:`LATER_SWITCHES`) are left out of a
+        ``mode: paper`` config at their paper values (validation fills them in again), so the paper-mode
+        runs made before them keep their config hash."""
+        out = handler(self)
+        if self.mode == "paper":
+            for key in LATER_SWITCHES:
+                if out.get(key) == MODE_DEFAULTS["paper"][key]:
+                    del out[key]
+        return out
+
+    @model_validator(mode="after")
+    def _client_updates_overwrite(self) -> FedHKDParams:
+        if self.hk_update == "client" and self.hk_agg != "last_writer":
+            raise ValueError("hk_update: client updates the knowledge after each client, which only "
+                             "hk_agg: last_writer defines; set hk_agg: last_writer or hk_update: round")
+        return self
 
 
 def gaussian_sigma_threshold(epsilon: float, delta: float) -> float:
@@ -101,12 +140,27 @@ def dp_noise_std(sigma: float, zeta: float, counts: torch.Tensor) -> torch.Tenso
     return sigma * 2 * zeta / counts.to(torch.float32)
 
 
+def tempered_softmax(logits: torch.Tensor, temperature: float, kind: Literal["stable", "naive"]) -> torch.Tensor:
+    """Q(z, T)_c = exp(z_c/T) / Σ_c' exp(z_c'/T) (Eq. 2): ``stable`` shifts by the max first; ``naive``
+    does not, as the released code's ``soft_predict`` (§3.9): exp(z/T) overflows to inf (inf/inf = NaN)
+    for z/T > 88 and underflows to 0 for z/T < −103 in float32."""
+    if kind == "stable":
+        return torch.softmax(logits / temperature, dim=1)
+    e = torch.exp(logits / temperature)
+    return e / e.sum(1, keepdim=True)
+
+
 def classifier_distillation(classifier: nn.Module, knowledge: ClassStatistics, temperature: float,
-                            distance: Literal["l2", "kl"], normalise: Literal["classes", "present"]) -> torch.Tensor:
+                            distance: Literal["l2", "kl"], normalise: Literal["classes", "present"],
+                            softmax: Literal["stable", "naive"] = "stable") -> torch.Tensor:
     """Eq. 11 term 2: the local classifier on the global prototypes 𝓗^j against 𝓠^j, j ∈ J, summed and
-    divided by n (``classes``) or |J| (``present``). Only ω gets gradients (𝓗, 𝓠 are constants)."""
+    divided by n (``classes``) or |J| (``present``). Only ω gets gradients (𝓗, 𝓠 are constants).
+    ``softmax: naive`` takes ``log`` of :func:`tempered_softmax` (the code's ``Q_help.log()``), which is
+    −inf wherever it underflowed; ``stable`` uses log_softmax."""
     present = knowledge.present
-    log_q = F.log_softmax(classifier(knowledge.features[present]) / temperature, dim=1)
+    logits = classifier(knowledge.features[present])
+    log_q = (F.log_softmax(logits / temperature, dim=1) if softmax == "stable"
+             else tempered_softmax(logits, temperature, "naive").log())
     target = knowledge.soft[present]
     if distance == "l2":
         per_class = torch.linalg.vector_norm(log_q.exp() - target, dim=1)
@@ -145,12 +199,12 @@ class FedHKD(ParameterAveraging[Knowledge, Knowledge]):
         features, logits = client.model(x)
         loss = F.cross_entropy(logits, y)
         knowledge = client.state.knowledge
-        if knowledge is None or not knowledge.present.any():  # round 1: plain CE
+        if step.round == 1 or knowledge is None or not knowledge.present.any():  # round 1: plain CE
             return loss
         p = self.params
         if p.lam:
             loss = loss + p.lam * classifier_distillation(client.model.classifier, knowledge, p.temperature,
-                                                          p.kd_dist, p.kd_norm)
+                                                          p.kd_dist, p.kd_norm, p.softmax)
         if p.gamma:
             loss = loss + p.gamma * feature_alignment(features, y, knowledge, p.feat_dist, p.feat_norm)
         return loss
@@ -165,7 +219,13 @@ class FedHKD(ParameterAveraging[Knowledge, Knowledge]):
         """The client's hyper-knowledge (h̃_i^j, q̄_i^j, N_i^j) of the classes it shares (§3.1–§3.3);
         the classes it does not share get count 0 and zeros."""
         p = self.params
-        stats = class_statistics(client.model, client.data.x, client.data.y, self.ctx.num_classes, p.temperature)
+        x, y = client.data.x, client.data.y
+        if p.hk_data == "loader":  # one pass of the shuffled train loader (§3.1 [C])
+            idx = torch.cat(list(self.ctx.shuffled_pass(client.data.num_samples, "hk-batches", client.cid,
+                                                        round_index)))
+            x, y = x[idx], y[idx]
+        stats = class_statistics(client.model, x, y, self.ctx.num_classes, p.temperature,
+                                 soft=lambda logits: tempered_softmax(logits, p.temperature, p.softmax))
         shared = stats.present
         if p.nu_mode == "fraction":
             shared = shared & (stats.counts / stats.counts.sum() >= p.nu)
@@ -182,8 +242,17 @@ class FedHKD(ParameterAveraging[Knowledge, Knowledge]):
         return ClassStatistics(torch.where(rows, stats.features + noise.to(stats.features.device), 0.0),
                                torch.where(rows, stats.soft, 0.0), torch.where(shared, stats.counts, 0))
 
+    def sequential(self) -> bool:
+        return self.params.hk_update == "client"
+
+    def receive(self, round_index: int, server: Server[Knowledge], update: KnowledgeUpdate) -> None:  # type: ignore[override]
+        """``hk_update: client``: the code's ``dict.update`` with this client's knowledge, at once (§3.9)."""
+        server.state.knowledge = last_writer_class_statistics([update.knowledge], server.state.knowledge)
+
     def aggregate(self, round_index: int, server: Server[Knowledge], updates: list[KnowledgeUpdate]) -> None:  # type: ignore[override]
         super().aggregate(round_index, server, updates)
+        if self.sequential():  # already taken in, client by client
+            return
         local = [u.knowledge for u in updates]
         if self.params.hk_agg == "weighted":  # Eq. 9, recomputed every round
             server.state.knowledge = aggregate_class_statistics(local, "counts")

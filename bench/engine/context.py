@@ -20,7 +20,7 @@ from bench.engine.loop import Loop, LossGuard, Step
 from bench.engine.state import Client
 from bench.engine.streams import SharedBatches, epoch_batches
 from bench.models import assign_architectures, build_model
-from bench.rng import torch_stream
+from bench.rng import numpy_stream, torch_stream
 
 LossFn = Callable[[Step, Client, torch.Tensor, torch.Tensor], torch.Tensor]
 """``(step, client, x, y) -> loss``: a method's per-batch local objective."""
@@ -69,6 +69,13 @@ class Context:
         return epoch_batches(n, train.batch_size, train.drop_last, torch_stream(self.seed, "batches", *key),
                              self.device, epochs=None if train.local_steps is not None else train.local_epochs,
                              steps=train.local_steps)
+
+    def shuffled_pass(self, n: int, *key: int | str) -> Iterator[torch.Tensor]:
+        """One seeded shuffled pass over ``n`` samples (stream ``key``) in batches of ``training.batch_size``,
+        the last partial batch dropped when ``training.drop_last``: what one pass of a shuffled train loader
+        visits."""
+        train = self.config.training
+        return epoch_batches(n, train.batch_size, train.drop_last, torch_stream(self.seed, *key), self.device, epochs=1)
 
     def client_batches(self, client: Client, round_index: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         """The client's train batches ``(x, y)`` of ``round_index``."""
@@ -147,3 +154,27 @@ class Context:
             correct += (logits.argmax(1) == y[start:start + size]).sum()
         model.train(was_training)
         return int(correct) / len(y)
+
+    @torch.no_grad()
+    def batch_mean_accuracy(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, drop_last: bool,
+                            *key: int | str) -> float:
+        """The mean of per-batch accuracies over one seeded shuffled pass (stream ``key``) in batches of
+        ``training.batch_size``, the last partial batch dropped when ``drop_last`` (a split smaller than
+        one batch is one batch): FedHKD's released code (specs/fedhkd.md §3.7 [C], ``evaluation.accuracy:
+        batches``). Eval mode."""
+        if len(y) == 0:
+            return float("nan")
+        was_training = model.training
+        model.eval()
+        accuracies = []
+        for idx in epoch_batches(len(y), self.config.training.batch_size, drop_last, torch_stream(self.seed, *key),
+                                 self.device, epochs=1):
+            _, logits = model(x[idx])
+            accuracies.append(int((logits.argmax(1) == y[idx]).sum()) / len(idx))
+        model.train(was_training)
+        return sum(accuracies) / len(accuracies)
+
+    def client_order(self, round_index: int, count: int) -> list[int]:
+        """A seeded random order of ``count`` selected clients for ``round_index`` (stream
+        ``("client-order", round)``): the order of a method whose clients train one after another."""
+        return [int(i) for i in numpy_stream(self.seed, "client-order", round_index).permutation(count)]

@@ -6,7 +6,7 @@ server combines the clients' summaries class by class (FedHKD Eq. 9).
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -29,10 +29,11 @@ class ClassStatistics:
 
 @torch.no_grad()
 def class_statistics(model: nn.Module, x: torch.Tensor, y: torch.Tensor, num_classes: int,
-                     temperature: float = 1.0, batch_size: int = 1024) -> ClassStatistics:
-    """Per-class means of the features and of softmax(logits / T) over ``(x, y)``, in eval mode, forwarding
-    ``batch_size`` samples at a time (fewer on the CPU when their activations would be mmapped:
-    :func:`~bench.engine.chunks.chunk_size`)."""
+                     temperature: float = 1.0, batch_size: int = 1024,
+                     soft: Callable[[torch.Tensor], torch.Tensor] | None = None) -> ClassStatistics:
+    """Per-class means of the features and of softmax(logits / T) (or of ``soft(logits)``) over ``(x, y)``,
+    in eval mode, forwarding ``batch_size`` samples at a time (fewer on the CPU when their activations
+    would be mmapped: :func:`~bench.engine.chunks.chunk_size`)."""
     was_training = model.training
     model.eval()
     batch_size = chunk_size(model, x, batch_size)
@@ -44,7 +45,7 @@ def class_statistics(model: nn.Module, x: torch.Tensor, y: torch.Tensor, num_cla
         if feature_sum is None:
             feature_sum = torch.zeros(num_classes, features.shape[1], device=x.device)
         feature_sum += onehot.T @ features
-        soft_sum += onehot.T @ torch.softmax(logits / temperature, dim=1)
+        soft_sum += onehot.T @ (torch.softmax(logits / temperature, dim=1) if soft is None else soft(logits))
     model.train(was_training)
     counts = torch.bincount(y, minlength=num_classes)
     if feature_sum is None:  # no samples at all

@@ -20,7 +20,7 @@ Cells = dict[tuple[str, str, str], tuple[float, float | None]]  # (method, colum
 
 def our_cells(suite: Suite, runs: dict[RunKey, RunRecord], columns: list[ReportColumn]) -> Cells:
     """Per (method, column, measure): the statistic over seeds, as the measure's mean and spread; a
-    cell some seed lacks is left out."""
+    cell some seed lacks (or that diverged) is left out."""
     paper = suite.paper
     assert paper is not None
     out: Cells = {}
@@ -28,8 +28,9 @@ def our_cells(suite: Suite, runs: dict[RunKey, RunRecord], columns: list[ReportC
         for name, measure in paper.definition.tables[column.table].measures.items():
             statistic = column.statistics[name]
             for method in suite.params.methods:
-                values = [v for seed in suite.params.suite.seeds
-                          if (v := statistic_value(suite, runs, (method, column.setting, seed), statistic)) is not None]
+                keys = [(method, column.setting, seed) for seed in suite.params.suite.seeds]
+                values = [v for key in keys if key in runs
+                          and (v := statistic_value(suite, runs, key, statistic)) is not None]
                 if len(values) == len(suite.params.suite.seeds):
                     out[method, column.key, name] = aggregate(values, measure.spread)
     return out

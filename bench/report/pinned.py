@@ -133,19 +133,23 @@ def pinned_environment(records: list[RunRecord]) -> dict[str, str | list[str]]:
 
 
 def pin(suite: Suite, path: Path, per_seed_abs: float | None = None, mean_abs: float | None = None) -> Path:
-    """Write the pinned file of every run of the suite (all must exist); tolerances default to the policy."""
+    """Write the pinned file of every run of the suite (all must exist; a run that diverged is pinned
+    without values and left out of its cell's mean); tolerances default to the policy."""
     runs = require_runs(suite)
     p = suite.params
     values = {}
     for method in p.methods:
         values[method] = {}
         for setting in p.settings:
-            seeds = {seed: runs[method, setting, seed] for seed in sorted(p.suite.seeds)}
-            per_seed = {seed: seed_values(suite, runs, (method, setting, seed)) for seed in seeds}
+            seeds = {seed: runs.get((method, setting, seed)) for seed in sorted(p.suite.seeds)}
+            per_seed = {seed: seed_values(suite, runs, (method, setting, seed)) if r else {}
+                        for seed, r in seeds.items()}
+            finished = [per_seed[s] for s, r in seeds.items() if r]  # a diverged seed is pinned without values
             values[method][setting] = PinnedCell(
-                seeds={s: PinnedSeed(config_sha256=r.metrics["config_sha256"], values=per_seed[s])
+                seeds={s: PinnedSeed(config_sha256=r.metrics["config_sha256"] if r else
+                                     suite.config(method, setting, s).sha256, values=per_seed[s])
                        for s, r in seeds.items()},
-                mean=seed_means(list(per_seed.values())))
+                mean=seed_means(finished) if finished else {})
     pinned = PinnedFile(format=FORMAT, format_version=FORMAT_VERSION, suite=suite.name,
                         environment=pinned_environment(list(runs.values())),
                         tolerance=Tolerance(per_seed_abs=PER_SEED_ABS if per_seed_abs is None else per_seed_abs,
@@ -414,7 +418,7 @@ def compare(suite: Suite, path: Path) -> Comparison:
             exact = record is not None and fingerprint(record.provenance, tol.fingerprint) == pinned_print
             rows += _compare_values(method, setting, seed, entry.values if entry else {}, now.get(seed),
                                     0.0 if exact else tol.per_seed_abs, note, changed)
-        mean_seeds = sorted(cell.seeds) if cell else seeds
+        mean_seeds = sorted(s for s, e in cell.seeds.items() if e.values) if cell else seeds  # not diverged ones
         complete = all(s in records for s in mean_seeds)
         now_mean = seed_means([now[s] for s in mean_seeds]) if complete and mean_seeds else None
         exact = complete and all(fingerprint(records[s].provenance, tol.fingerprint) == pinned_print

@@ -123,9 +123,24 @@ def missing_runs_message(suite: Suite, problems: dict[RunKey, str]) -> str:
             + f"\nproduce them with {train_command(suite, {m for m, _, _ in problems})}")
 
 
+def diverged_runs(suite: Suite, keys: list[RunKey] | None = None) -> dict[RunKey, str]:
+    """The runs (of ``keys``, default all) that diverged with the suite's current config, and why: their
+    failure.json is their record. A diverged run is an outcome of its method (the report counts such seeds
+    per cell), not a missing run."""
+    out: dict[RunKey, str] = {}
+    for key in keys if keys is not None else run_keys(suite):
+        path = suite.run_dir(*key) / "failure.json"
+        if path.exists() and (failure := _read_json(path)).get("config_sha256") == suite.config(*key).sha256:
+            out[key] = str(failure.get("reason", "unknown reason"))
+    return out
+
+
 def require_runs(suite: Suite) -> dict[RunKey, RunRecord]:
-    """Every run of the suite; a clear :class:`BenchError` naming each missing or failed one."""
+    """Every finished run of the suite; a clear :class:`BenchError` naming each missing, failed or stale
+    one. Runs that diverged with the suite's config are not among them and no error (:func:`diverged_runs`)."""
     found, problems = find_runs(suite)
+    diverged = diverged_runs(suite, list(problems))
+    problems = {k: v for k, v in problems.items() if k not in diverged}
     if problems:
         raise BenchError(missing_runs_message(suite, problems))
     return found

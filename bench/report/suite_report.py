@@ -34,7 +34,7 @@ from bench.fileio import atomic_write, write_json, write_text
 from bench.report.paper_report import markdown_table, paper_markdown
 from bench.report.pinned import PinnedFile, default_pinned_path, load_pinned
 from bench.report.provenance import pinned_display_name, provenance_markdown
-from bench.report.runs import ACC_METRICS, RunRecord, require_runs
+from bench.report.runs import ACC_METRICS, RunRecord, diverged_runs, require_runs
 from bench.suites import Suite
 from bench.suites.statistics import Statistic, mean_std
 
@@ -53,9 +53,12 @@ PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e
 LINESTYLES = ("-", "--", ":", "-.")
 
 
-def cell_stats(records: list[RunRecord]) -> dict[str, float | int]:
-    """One (method, setting) cell over its seeds: ``<stat>_<metric>_mean``/``_std``, time per round."""
-    out: dict[str, float | int] = {"seeds": len(records)}
+def cell_stats(records: list[RunRecord], diverged: int = 0) -> dict[str, float | int]:
+    """One (method, setting) cell over its finished seeds: ``<stat>_<metric>_mean``/``_std``, time per
+    round; ``diverged``: how many of its seeds diverged instead (:func:`~bench.report.runs.diverged_runs`)."""
+    out: dict[str, float | int] = {"seeds": len(records), "diverged": diverged}
+    if not records:
+        return out
     for name, rounds in STATISTICS.items():
         for metric in ACC_METRICS:
             statistic = Statistic.model_validate(f"{rounds}_{metric}")
@@ -76,22 +79,28 @@ def _reference_method(suite: Suite) -> str | None:
 
 
 def summarize(suite: Suite, runs: dict[tuple[str, str, int], RunRecord]) -> dict[str, dict[str, dict]]:
-    """``{method: {setting: cell_stats}}`` plus ``time_vs_fedavg`` where the suite has FedAvg."""
+    """``{method: {setting: cell_stats}}`` (over the finished seeds, counting the diverged ones) plus
+    ``time_vs_fedavg`` where the suite has FedAvg."""
     p = suite.params
-    table = {m: {s: cell_stats([runs[m, s, seed] for seed in p.suite.seeds]) for s in p.settings}
+    keys = [(m, s, seed) for m in p.methods for s in p.settings for seed in p.suite.seeds]
+    diverged = diverged_runs(suite, [k for k in keys if k not in runs])
+    table = {m: {s: cell_stats([runs[m, s, seed] for seed in p.suite.seeds if (m, s, seed) in runs],
+                               sum((m, s, seed) in diverged for seed in p.suite.seeds)) for s in p.settings}
              for m in p.methods}
     if (ref := _reference_method(suite)) is not None:
         for cells in table.values():
             for setting, cell in cells.items():
-                cell["time_vs_fedavg"] = cell["seconds_per_round"] / table[ref][setting]["seconds_per_round"]
+                if "seconds_per_round" in cell and "seconds_per_round" in table[ref][setting]:
+                    cell["time_vs_fedavg"] = cell["seconds_per_round"] / table[ref][setting]["seconds_per_round"]
     return table
 
 
 def _pct(cell: dict, key: str) -> str:
+    diverged = f" ({cell['diverged']}/{cell['diverged'] + cell['seeds']} diverged)" if cell["diverged"] else ""
     if f"{key}_mean" not in cell:
-        return "—"
+        return "—" + diverged
     std = cell.get(f"{key}_std")
-    return f"{100 * cell[f'{key}_mean']:.2f}" + (f" ± {100 * std:.2f}" if std is not None else "")
+    return f"{100 * cell[f'{key}_mean']:.2f}" + (f" ± {100 * std:.2f}" if std is not None else "") + diverged
 
 
 def summary_markdown(suite: Suite, table: dict, runs: dict[tuple[str, str, int], RunRecord],
@@ -105,7 +114,9 @@ def summary_markdown(suite: Suite, table: dict, runs: dict[tuple[str, str, int],
              *([provenance] if provenance else []),
              ("Accuracy in %, mean ± sample std over seeds. **final**: the last round; **last-5**: the mean "
               "of the last 5 rounds; **best†**: the best round (secondary: optimistic, it selects on the "
-              "test set). — : the method has no such model.")]
+              "test set). — : the method has no such model. (k/n diverged): k of the cell's n seeds diverged "
+              "(loss or parameters NaN, inf or exploded; their failure.json says when) and the statistics "
+              "are over the others.")]
     for metric in ACC_METRICS:
         if not any(f"final_{metric}_mean" in c for cells in table.values() for c in cells.values()):
             continue
@@ -115,8 +126,12 @@ def summary_markdown(suite: Suite, table: dict, runs: dict[tuple[str, str, int],
         parts += [f"## {METRIC_TITLES[metric]}", markdown_table(header, rows)]
     ref = _reference_method(suite)
     header = ["method"] + [f"{s} s/round" for s in p.settings] + ([f"× {ref}"] if ref else [])
-    rows = [[m] + [f"{table[m][s]['seconds_per_round']:.3f}" for s in p.settings]
-            + ([f"{np.mean([table[m][s]['time_vs_fedavg'] for s in p.settings]):.2f}"] if ref else [])
+    def ratio(m: str) -> str:
+        ratios = [table[m][s]["time_vs_fedavg"] for s in p.settings if "time_vs_fedavg" in table[m][s]]
+        return f"{np.mean(ratios):.2f}" if ratios else "—"
+
+    rows = [[m] + [f"{table[m][s]['seconds_per_round']:.3f}" if "seconds_per_round" in table[m][s] else "—"
+                   for s in p.settings] + ([ratio(m)] if ref else [])
             for m in p.methods]
     parts += ["## Training time per round",
               "Mean over seeds of `train_time_s / rounds` (timing.json: local training and aggregation; set-up "
@@ -151,13 +166,14 @@ def setting_curves(suite: Suite, runs: dict[tuple[str, str, int], RunRecord],
     rounds: np.ndarray | None = None
     out: dict[tuple[str, str], np.ndarray] = {}
     for method in suite.params.methods:
-        curves = [runs[method, setting, seed].curves() for seed in suite.params.suite.seeds]
+        curves = [runs[key].curves() for seed in suite.params.suite.seeds if (key := (method, setting, seed)) in runs]
+        if not curves:  # every seed diverged
+            continue
         rounds = np.array(curves[0]["round"], dtype=int)
         for metric in ACC_METRICS:
             if all(metric in c for c in curves):
                 out[method, metric] = np.array([c[metric] for c in curves], dtype=float)
-    assert rounds is not None  # a suite has at least one method
-    return rounds, out
+    return (np.zeros(0, dtype=int) if rounds is None else rounds), out
 
 
 def curves_csv(setting: str, rounds: np.ndarray, curves: dict[tuple[str, str], np.ndarray]) -> str:

@@ -56,19 +56,28 @@ def run_experiment(request: RunRequest, progress: ProgressFn | None = None, mlfl
     return json.loads((Path(request.out_dir) / "metrics.json").read_text())
 
 
+@dataclass(frozen=True)
+class Failure:
+    """A run that ended without metrics: it ``diverged`` (an outcome of the method, recorded in its
+    failure.json and counted by the report) or its input was bad."""
+
+    message: str
+    diverged: bool
+
+
 RoundFn = Callable[[int, int], None]
 """``(request index, round)``: a run finished a round."""
-DoneFn = Callable[[int, "dict[str, Any] | str"], None]
-"""``(request index, metrics or the reason it failed)``: a run ended."""
+DoneFn = Callable[[int, "dict[str, Any] | Failure"], None]
+"""``(request index, metrics or why it failed)``: a run ended."""
 
 
-def run_quiet(request: RunRequest, index: int = 0, rounds: Any = None) -> dict[str, Any] | str:
+def run_quiet(request: RunRequest, index: int = 0, rounds: Any = None) -> dict[str, Any] | Failure:
     """One run in a worker; ``rounds`` (a queue) hears ``(index, round)`` after every round."""
     progress = None if rounds is None else (lambda t, row: rounds.put((index, t)))
     try:
         return run_experiment(request, progress, mlflow=False)
     except (Diverged, BenchError) as exc:
-        return f"{request.out_dir}: {exc}"
+        return Failure(f"{request.out_dir}: {exc}", isinstance(exc, Diverged))
 
 
 @dataclass(frozen=True)

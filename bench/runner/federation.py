@@ -125,9 +125,13 @@ def validation_split(config: ExperimentConfig, cid: int, train: np.ndarray) -> t
     return train[~held], train[held]
 
 
-def to_tensor(images: np.ndarray, data: PreparedDataset, device: torch.device) -> torch.Tensor:
-    """uint8 N x C x H x W -> normalised float32 on ``device``."""
+def to_tensor(images: np.ndarray, data: PreparedDataset, device: torch.device,
+              normalize: str = "stats") -> torch.Tensor:
+    """uint8 N x C x H x W -> float32 on ``device``, normalised per channel by the dataset's mean and std
+    (``stats``) or by 0.5 and 0.5 (``half``: torchvision's ``Normalize(0.5, 0.5)``, inputs in [-1, 1])."""
     x = torch.from_numpy(images).to(device=device, dtype=torch.float32).div_(255.0)
+    if normalize == "half":
+        return (x - 0.5) / 0.5
     mean = torch.tensor(data.mean, device=device).view(1, -1, 1, 1)
     std = torch.tensor(data.std, device=device).view(1, -1, 1, 1)
     return (x - mean) / std
@@ -155,17 +159,30 @@ def _split(client: Client, split: str, test_x: torch.Tensor, test_y: torch.Tenso
             "validation": (data.val_x, data.val_y)}[split]
 
 
+def accuracy(ctx: Context, model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, drop_last: bool,
+             *key: int | str) -> float:
+    """``evaluation.accuracy``: exact sample-level accuracy, or the mean of per-batch accuracies over the
+    seeded batches of the stream ``("eval-batches", *key)``."""
+    if ctx.config.evaluation.accuracy == "samples":
+        return ctx.accuracy(model, x, y)
+    return ctx.batch_mean_accuracy(model, x, y, drop_last, "eval-batches", *key)
+
+
 def evaluate(ctx: Context, algorithm: Algorithm, server: Server, clients: list[Client], evaluations: list[Evaluation],
-             test_x: torch.Tensor, test_y: torch.Tensor) -> tuple[dict[str, float], list[tuple[str, int | None, float]]]:
+             test_x: torch.Tensor, test_y: torch.Tensor,
+             round_index: int) -> tuple[dict[str, float], list[tuple[str, int | None, float]]]:
     """The declared evaluations: a curves row (client models: the unweighted mean over clients with a
-    non-empty split, specs/fedhkd.md §3.7) and one record per value."""
+    non-empty split, specs/fedhkd.md §3.7) and one record per value. With ``evaluation.accuracy: batches``
+    the global test set keeps its last partial batch and client splits drop it when ``training.drop_last``
+    (the released FedHKD code's loaders)."""
     row: dict[str, float] = {}
     records: list[tuple[str, int | None, float]] = []
+    drop_last = ctx.config.training.drop_last
     for evaluation in evaluations:
         if evaluation.model == "global":
             model = algorithm.global_model(server)
             if model is not None:
-                row[evaluation.metric] = ctx.accuracy(model, test_x, test_y)
+                row[evaluation.metric] = accuracy(ctx, model, test_x, test_y, False, round_index, evaluation.metric)
                 records.append((evaluation.metric, None, row[evaluation.metric]))
             continue
         values = []
@@ -173,7 +190,8 @@ def evaluate(ctx: Context, algorithm: Algorithm, server: Server, clients: list[C
             x, y = _split(client, evaluation.split, test_x, test_y)
             if y is None or x is None or not len(y):
                 continue
-            values.append(ctx.accuracy(algorithm.client_model(client), x, y))
+            values.append(accuracy(ctx, algorithm.client_model(client), x, y, drop_last, round_index,
+                                   evaluation.metric, client.cid))
             records.append((evaluation.metric, client.cid, values[-1]))
         if values:
             row[evaluation.metric] = float(np.mean(values))
@@ -209,7 +227,8 @@ def run_federation(config: ExperimentConfig, data_dir: str | Path | None = None,
     device = configure_torch(config.threads, config.deterministic, config.device)
     data = load_dataset(config.dataset.name, data_dir)
     partition = partition_for(config, data, partition_dir)
-    train_x, test_x = to_tensor(data.train_x, data, device), to_tensor(data.test_x, data, device)
+    normalize = config.dataset.normalize
+    train_x, test_x = to_tensor(data.train_x, data, device, normalize), to_tensor(data.test_x, data, device, normalize)
     train_y = torch.from_numpy(data.train_y).to(device)
     test_y = torch.from_numpy(data.test_y).to(device)
     local_x, local_y = (train_x, train_y) if partition.local_test_source == "train" else (test_x, test_y)
@@ -255,7 +274,7 @@ def run_federation(config: ExperimentConfig, data_dir: str | Path | None = None,
         records += [(t, k, None, float(v)) for k, v in row.items() if k != "round"]
         if t in eval_at:
             tick = time.perf_counter()
-            values, evaluated = evaluate(ctx, algorithm, server, clients, evaluations, test_x, test_y)
+            values, evaluated = evaluate(ctx, algorithm, server, clients, evaluations, test_x, test_y, t)
             row.update(values)
             records += [(t, metric, cid, value) for metric, cid, value in evaluated]
             timing["eval_time_s"] += time.perf_counter() - tick

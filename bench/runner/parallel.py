@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from bench.errors import BenchError
-from bench.runner.executor import DoneFn, Executor, RoundFn, RunRequest, listen, run_quiet
+from bench.runner.executor import DoneFn, Executor, Failure, RoundFn, RunRequest, listen, run_quiet
 from bench.tracking import log_mlflow
 
 
@@ -23,12 +23,13 @@ def run_many(requests: list[RunRequest], executor: Executor | int = 1, on_round:
     order. ``on_round`` and ``on_done`` are called in this process as runs progress and end.
 
     Workers only train and write records; this process logs every run to MLflow from those records,
-    in request order, so workers never import MLflow and the store sees one writer.
-    Raises :class:`BenchError` listing every failed run after all have finished."""
+    in request order, so workers never import MLflow and the store sees one writer. A diverged run
+    is an outcome (its failure.json is its record; the report counts it); raises :class:`BenchError`
+    listing every run that failed otherwise, after all have finished."""
     if isinstance(executor, int):
         executor = Executor("serial" if executor <= 1 else "processes", executor)
 
-    def record(outcomes: Iterator[dict[str, Any] | str]) -> list[dict[str, Any] | str]:
+    def record(outcomes: Iterator[dict[str, Any] | Failure]) -> list[dict[str, Any] | Failure]:
         done = []
         for index, (request, outcome) in enumerate(zip(requests, outcomes)):  # logging overlaps the runs still going
             if request.config.tracking.mlflow:
@@ -56,7 +57,7 @@ def run_many(requests: list[RunRequest], executor: Executor | int = 1, on_round:
             if listener:
                 rounds.put(None)
                 listener.join()
-    failures = [o for o in outcomes if isinstance(o, str)]
+    failures = [o.message for o in outcomes if isinstance(o, Failure) and not o.diverged]
     if failures:
         raise BenchError(f"{len(failures)} of {len(requests)} runs failed:\n  " + "\n  ".join(failures))
     return [o for o in outcomes if isinstance(o, dict)]

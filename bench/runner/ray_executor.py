@@ -19,7 +19,7 @@ from typing import Any
 
 from bench import CPU_KERNELS
 from bench.errors import BenchError
-from bench.runner.executor import Executor, RoundFn, RunRequest, listen, run_quiet
+from bench.runner.executor import Executor, Failure, RoundFn, RunRequest, listen, run_quiet
 
 
 def _worker_environment() -> dict[str, str]:
@@ -27,22 +27,22 @@ def _worker_environment() -> dict[str, str]:
     return {k: os.environ[k] for k in keys if k in os.environ}
 
 
-def _run_task(request: RunRequest, index: int, rounds: Any, source: str) -> dict[str, Any] | str:
+def _run_task(request: RunRequest, index: int, rounds: Any, source: str) -> dict[str, Any] | Failure:
     from bench.tracking import source_sha256
 
     if source_sha256() != source:
-        return (f"{request.out_dir}: this Ray worker runs other code (source sha256 {source_sha256()[:12]}, "
-                f"the driver's {source[:12]}); give every node the same checkout and environment")
+        return Failure(f"{request.out_dir}: this Ray worker runs other code (source sha256 {source_sha256()[:12]}, "
+                       f"the driver's {source[:12]}); give every node the same checkout and environment", False)
     return run_quiet(request, index, rounds)
 
 
-def _outcome(ref: Any, request: RunRequest) -> dict[str, Any] | str:
+def _outcome(ref: Any, request: RunRequest) -> dict[str, Any] | Failure:
     import ray
 
     try:
         return ray.get(ref)
     except ray.exceptions.RayError as exc:  # the task died more often than max_retries allows
-        return f"{request.out_dir}: Ray task failed: {str(exc).splitlines()[0]}"
+        return Failure(f"{request.out_dir}: Ray task failed: {str(exc).splitlines()[0]}", False)
 
 
 def _check_reachable(address: str) -> None:
@@ -79,7 +79,7 @@ def _start(executor: Executor) -> bool:
 
 @contextlib.contextmanager
 def ray_outcomes(requests: list[RunRequest], executor: Executor,
-                 on_round: RoundFn | None) -> Iterator[Iterator[dict[str, Any] | str]]:
+                 on_round: RoundFn | None) -> Iterator[Iterator[dict[str, Any] | Failure]]:
     """Submit every request as a Ray task; yield their outcomes in request order."""
     import ray
     from ray.util.queue import Queue
