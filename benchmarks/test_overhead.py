@@ -16,12 +16,12 @@ import time
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 
 from bench.data import load_dataset
 from bench.engine.context import Context
 from bench.engine.setup import configure_torch
 from bench.runner.federation import partition_for, run_federation, to_tensor
+from benchmarks.bare_loop import bare_local_training
 from tests.conftest import small_config
 
 REPS = int(os.environ.get("BENCH_REPS", "7"))
@@ -51,14 +51,7 @@ def bare_loop(data_dir: Path) -> tuple[float, float]:
     for _ in range(cfg.training.rounds):
         start = time.perf_counter()
         for cx, cy in shards:
-            for _ in range(cfg.training.local_epochs or 1):
-                perm = torch.randperm(len(cy), generator=gen)
-                for i in range(0, len(cy), size):
-                    idx = perm[i:i + size]
-                    loss = F.cross_entropy(model(cx[idx])[1], cy[idx])
-                    optimizer.zero_grad(set_to_none=True)
-                    loss.backward()
-                    optimizer.step()
+            bare_local_training(model, optimizer, cx, cy, cfg.training.local_epochs or 1, size, gen)
         train_s += time.perf_counter() - start
         start = time.perf_counter()
         model.eval()

@@ -33,7 +33,6 @@ from typing import Any
 
 import pytest
 import torch
-import torch.nn.functional as F
 
 import bench.engine.chunks as chunks
 import bench.runner.federation as federation
@@ -41,6 +40,7 @@ from bench.data import load_dataset
 from bench.engine.context import Context
 from bench.engine.setup import configure_torch
 from bench.runner.federation import partition_for, run_federation, to_tensor
+from benchmarks.bare_loop import bare_local_training
 from tests.conftest import small_config
 
 REPS = int(os.environ.get("BENCH_REPS", "5"))
@@ -77,14 +77,7 @@ def bare_run(data_dir: Path) -> dict[str, float]:
     for _ in range(cfg.training.rounds):
         tick, f0 = time.perf_counter(), faults()
         for cx, cy in shards:
-            for _ in range(cfg.training.local_epochs or 1):
-                perm = torch.randperm(len(cy), generator=gen)
-                for i in range(0, len(cy), size):
-                    idx = perm[i:i + size]
-                    loss = F.cross_entropy(model(cx[idx])[1], cy[idx])
-                    optimizer.zero_grad(set_to_none=True)
-                    loss.backward()
-                    optimizer.step()
+            bare_local_training(model, optimizer, cx, cy, cfg.training.local_epochs or 1, size, gen)
         train_s += time.perf_counter() - tick
         train_faults += faults() - f0
         tick, f0 = time.perf_counter(), faults()
