@@ -21,6 +21,11 @@ from bench import CPU_KERNELS
 from bench.errors import BenchError
 from bench.runner.executor import Executor, Failure, RoundFn, RunRequest, listen, run_quiet
 
+# Ray's `uv run` integration would start every worker through `uv run` in a copy of the working
+# directory; workers here use the driver's interpreter and environment as they are (read when ray is
+# imported, so set before any `import ray`).
+os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
+
 
 def _worker_environment() -> dict[str, str]:
     keys = ["BENCH_CPU_KERNELS", *CPU_KERNELS["avx2"], "MLFLOW_TRACKING_URI", "BENCH_DATA_DIR"]
