@@ -110,16 +110,21 @@ def test_paper_profile_follows_the_protocol() -> None:
     assert (t.lr_decay.every, t.lr_decay.factor, cfg.algorithm.params["mu"]) == (10, 0.5, 0.5)
 
 
-def test_paper_code_profile_differs_from_paper_in_the_lr_schedule_only() -> None:
-    """The released code's protocol (§3.9, A6): the same runs as `paper`, lr constant; a suite of its own."""
+def test_paper_code_profile_is_paper_under_the_released_codes_protocol() -> None:
+    """The released code's protocol (§3.9, A6, §5.1, §3.7): the same runs as `paper` with lr constant,
+    Normalize(0.5, 0.5) inputs and batch-mean accuracy; the `fedhkd_code` row runs under it in both."""
     paper, code = (load_suite(PARAMS, overrides=[f"profile={p}"]) for p in ("paper", "paper_code"))
     assert code.name == "fedhkd-paper_code" and code.methods == paper.methods
-    for method in ("fedavg", "fedhkd_nu", "fedhkd_code"):
+    same = lambda cfg: {k: v for k, v in cfg.items() if k not in ("name", "tracking")}  # noqa: E731
+    for method in ("fedavg", "fedhkd_nu"):
         ours, theirs = code.config(method, "svhn-b5", 1).to_dict(), paper.config(method, "svhn-b5", 1).to_dict()
         assert ours["training"].pop("lr_decay")["every"] is None and theirs["training"].pop("lr_decay")["every"] == 10
+        assert ours["dataset"].pop("normalize") == "half" and "normalize" not in theirs["dataset"]
+        assert ours["evaluation"].pop("accuracy") == "batches" and "accuracy" not in theirs["evaluation"]
         assert ours["training"]["grad_clip"] == 1.1
-        same = lambda cfg: {k: v for k, v in cfg.items() if k not in ("name", "tracking")}  # noqa: E731
         assert same(ours) == same(theirs)
+    ours, theirs = (s.config("fedhkd_code", "svhn-b5", 1).to_dict() for s in (code, paper))
+    assert same(ours) == same(theirs)
 
 
 def test_nu_row_is_the_method_as_printed() -> None:
