@@ -167,14 +167,30 @@ def _retrying(action: Callable[[], T], attempts: int = 8) -> T:
     raise AssertionError("unreachable")
 
 
+def experiment_id(name: str) -> str:
+    """The id of MLflow experiment ``name``, created if missing. On a shared server another process may
+    create it between the lookup and the creation (no file lock spans a server): then it is looked up again."""
+    import mlflow
+
+    found = mlflow.get_experiment_by_name(name)
+    if found is not None:
+        return found.experiment_id
+    try:
+        return mlflow.create_experiment(name)
+    except Exception:
+        found = mlflow.get_experiment_by_name(name)
+        if found is None:
+            raise
+        return found.experiment_id
+
+
 def init_mlflow(experiment: str) -> str:
     """Create the store and experiment once, before runs fan out to processes (anchors.md §3.2)."""
     import mlflow
 
     def create() -> str:
         mlflow.set_tracking_uri(mlflow_uri())
-        found = mlflow.get_experiment_by_name(experiment)
-        return found.experiment_id if found else mlflow.create_experiment(experiment)
+        return experiment_id(experiment)
 
     with store_lock():
         return _retrying(create)
@@ -208,8 +224,7 @@ def _log_mlflow(config: Any, out: Path) -> None:
 
     client = mlflow.MlflowClient(mlflow_uri())
     mlflow.set_tracking_uri(mlflow_uri())
-    found = mlflow.get_experiment_by_name(config.tracking.experiment)
-    experiment_id = found.experiment_id if found else mlflow.create_experiment(config.tracking.experiment)
+    experiment = experiment_id(config.tracking.experiment)
     tags = {"seed": str(config.seed), "config_sha256": config.sha256, "out_dir": str(out.resolve()),
             "algorithm": config.algorithm.name, "dataset": config.dataset.name, **code_version(), **environment()}
     metrics: list[Metric] = []
@@ -226,7 +241,7 @@ def _log_mlflow(config: Any, out: Path) -> None:
         status = "FAILED"
         failure = out / "failure.json"
         tags["failure"] = json.loads(failure.read_text())["reason"][:5000] if failure.exists() else "no record"
-    run_id = client.create_run(experiment_id, run_name=f"{config.name}-s{config.seed}").info.run_id
+    run_id = client.create_run(experiment, run_name=f"{config.name}-s{config.seed}").info.run_id
     params = [Param(k, str(v)[:6000]) for k, v in _flatten(config.to_dict()).items()]
     client.log_batch(run_id, tags=[RunTag(k, v) for k, v in tags.items()])
     for start in range(0, len(params), 100):  # MLflow's per-call limits: 100 params, 1000 metrics
