@@ -1,9 +1,31 @@
 """The bare PyTorch loop the benchmarks measure the engine against."""
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from bench.config import ExperimentConfig
+from bench.data import load_dataset
+from bench.engine.setup import configure_torch
+from bench.runner.federation import partition_for, to_tensor
+
+Split = tuple[torch.Tensor, torch.Tensor]
+
+
+def bare_data(cfg: ExperimentConfig, dataset: str,
+              data_dir: Path) -> tuple[torch.device, Any, Split, Split, list[Split]]:
+    """What a bare loop trains on, prepared as the runner prepares it: (device, partition, train, test,
+    each client's train shard)."""
+    device = configure_torch(1, True, "cpu")
+    data = load_dataset(dataset, data_dir)
+    partition = partition_for(cfg, data, None)
+    x, test_x = to_tensor(data.train_x, data, device), to_tensor(data.test_x, data, device)
+    y, test_y = torch.from_numpy(data.train_y), torch.from_numpy(data.test_y)
+    return device, partition, (x, y), (test_x, test_y), [(x[p], y[p]) for p in map(torch.from_numpy, partition.train)]
 
 
 def bare_local_training(model: nn.Module, optimizer: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor,

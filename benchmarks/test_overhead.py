@@ -19,9 +19,8 @@ import torch
 
 from bench.data import load_dataset
 from bench.engine.context import Context
-from bench.engine.setup import configure_torch
-from bench.runner.federation import partition_for, run_federation, to_tensor
-from benchmarks.bare_loop import bare_local_training
+from bench.runner.federation import run_federation
+from benchmarks.bare_loop import bare_data, bare_local_training
 from tests.conftest import small_config
 
 REPS = int(os.environ.get("BENCH_REPS", "7"))
@@ -34,12 +33,8 @@ def bare_loop(data_dir: Path) -> tuple[float, float]:
     """The same steps as FedAvg's clients, on one model, with no federation around them, and every round
     the same evaluation passes; returns (training seconds, evaluation seconds)."""
     cfg = small_config(**CONFIG)
-    device = configure_torch(1, True, "cpu")
+    device, partition, (x, y), (test_x, test_y), shards = bare_data(cfg, "digits", data_dir)
     data = load_dataset("digits", data_dir)
-    partition = partition_for(cfg, data, None)
-    x, test_x = to_tensor(data.train_x, data, device), to_tensor(data.test_x, data, device)
-    y, test_y = torch.from_numpy(data.train_y), torch.from_numpy(data.test_y)
-    shards = [(x[p], y[p]) for p in map(torch.from_numpy, partition.train)]
     splits = [(test_x, test_y)] + [(x[p], y[p]) for p in map(torch.from_numpy, partition.local_test)]
     ctx = Context(cfg, data.image_shape, data.num_classes, device)
     model = ctx.build_model("server")

@@ -39,8 +39,8 @@ import bench.runner.federation as federation
 from bench.data import load_dataset
 from bench.engine.context import Context
 from bench.engine.setup import configure_torch
-from bench.runner.federation import partition_for, run_federation, to_tensor
-from benchmarks.bare_loop import bare_local_training
+from bench.runner.federation import run_federation, to_tensor
+from benchmarks.bare_loop import bare_data, bare_local_training
 from tests.conftest import small_config
 
 REPS = int(os.environ.get("BENCH_REPS", "5"))
@@ -60,12 +60,8 @@ def bare_run(data_dir: Path) -> dict[str, float]:
     """FedAvg's optimiser steps on one model with no federation around it, and the global evaluation of
     every round as a bare forward over the test set at the training batch size."""
     cfg = small_config(**CONFIG)
-    device = configure_torch(1, True, "cpu")
+    device, partition, (x, y), (test_x, test_y), shards = bare_data(cfg, "synthetic28", data_dir)
     data = load_dataset("synthetic28", data_dir)
-    partition = partition_for(cfg, data, None)
-    x, test_x = to_tensor(data.train_x, data, device), to_tensor(data.test_x, data, device)
-    y, test_y = torch.from_numpy(data.train_y), torch.from_numpy(data.test_y)
-    shards = [(x[p], y[p]) for p in map(torch.from_numpy, partition.train)]
     ctx = Context(cfg, data.image_shape, data.num_classes, device)
     model = ctx.build_model("server")
     optimizer = ctx.make_optimizer(model.parameters())
