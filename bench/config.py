@@ -97,12 +97,14 @@ class ParticipationConfig(Strict):
 
 
 class PublicConfig(Strict):
-    """An unlabelled public set shared by all clients (FedMD, FedAL): ``size`` training images that no
-    client holds, drawn with the partition seed. ``unused``: from the images the partition leaves
-    unused (specs/fedhkd.md §4 FedMD [R]); ``carve``: drawn first, the rest partitioned."""
+    """An unlabelled public set shared by all clients (FedMD, FedAL, FedDF's proxy set): ``size`` training
+    images, labels discarded, drawn with the partition seed. ``unused``: from the images the partition leaves
+    unused, so no client holds them (specs/fedhkd.md §4 FedMD [R]; FedAL's CelebA, specs/fedal.md A12);
+    ``carve``: drawn first, the rest partitioned; ``overlap``: from the images the clients hold for training,
+    which they keep (specs/fedal.md A12 𝒫 ⊂ ∪𝒟_n; specs/dafkd.md §2.3 FedDF's proxy set [I])."""
 
     size: int = Field(0, ge=0, description="0: no public data")
-    source: Literal["unused", "carve"] = "unused"
+    source: Literal["unused", "carve", "overlap"] = "unused"
 
 
 class EvaluationConfig(Strict):

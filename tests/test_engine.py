@@ -234,6 +234,22 @@ def test_public_set_is_unused_fixed_and_checked(data_dir: Path) -> None:
         run_federation(small_config(public={"size": 10}, partition={"local_test_fraction": 0.0}), data_dir)
 
 
+def test_overlapping_public_set_is_drawn_from_what_clients_hold(data_dir: Path) -> None:
+    """``public.source: overlap`` (FedAL A12: 𝒫 ⊂ ∪𝒟_n; DaFKD's FedDF proxy set): the clients keep every image,
+    the public set is a fixed draw from their train images, and a size beyond what they hold is refused."""
+    from bench.runner.federation import public_indices
+
+    cfg = small_config(partition={"scheme": "dirichlet", "alpha": 1.0}, public={"size": 60, "source": "overlap"})
+    partition = run_federation(cfg, data_dir).state.partition
+    public = public_indices(cfg, partition, 1347)
+    held = set(np.concatenate(partition.train).tolist())
+    assert len(set(public.tolist())) == 60 and set(public.tolist()) <= held
+    assert sum(len(t) for t in partition.train) + sum(len(t) for t in partition.local_test) == 1347  # nothing carved
+    assert public.tolist() == public_indices(small_config(**{**cfg.to_dict(), "seed": 5}), partition, 1347).tolist()
+    with pytest.raises(BenchError, match="the clients hold only"):
+        public_indices(small_config(**{**cfg.to_dict(), "public": {"size": 5000, "source": "overlap"}}), partition, 1347)
+
+
 def test_carved_public_set_is_part_of_the_partition(data_dir: Path, tmp_path: Path) -> None:
     cfg = small_config(public={"size": 100, "source": "carve"}, partition={"scheme": "dirichlet", "alpha": 0.5})
     partition = run_federation(cfg, data_dir).state.partition

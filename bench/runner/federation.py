@@ -98,14 +98,21 @@ def partition_for(config: ExperimentConfig, data: PreparedDataset, partition_dir
 
 
 def public_indices(config: ExperimentConfig, partition: Partition, num_train: int) -> np.ndarray:
-    """``public.size`` training images held by no client (their train or local test), drawn with the
-    partition seed so every method and run seed sees the same public set, in a fixed order: the
-    partition's carved public set, or a draw from the images it leaves unused."""
+    """``public.size`` training images, drawn with the partition seed so every method and run seed sees the
+    same public set, in a fixed order: the partition's carved public set; a draw from the images it leaves
+    unused (held by no client, neither for training nor as local test); or (``overlap``) a draw from the
+    images the clients train on, which they keep."""
     if config.public.source == "carve":
         assert partition.public is not None and len(partition.public) == config.public.size
         return partition.public
-    used = np.concatenate([*partition.train, *(partition.local_test if partition.local_test_source == "train"
-                                               else [])])
+    held = np.concatenate(partition.train)
+    if config.public.source == "overlap":
+        pool = np.unique(held)
+        if len(pool) < config.public.size:
+            raise BenchError(f"public.size={config.public.size} but the clients hold only {len(pool)} training "
+                             "images; lower public.size")
+        return numpy_stream(config.partition.seed, "public").choice(pool, size=config.public.size, replace=False)
+    used = np.concatenate([held, *(partition.local_test if partition.local_test_source == "train" else [])])
     pool = np.setdiff1d(np.arange(num_train), used)
     if len(pool) < config.public.size:
         raise BenchError(f"public.size={config.public.size} but only {len(pool)} training images are held by no "
