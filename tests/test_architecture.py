@@ -63,15 +63,20 @@ def test_no_method_state_in_string_keyed_extra_dicts(path: Path) -> None:
     assert not re.search(r"\.extra\b|extra\[|extra: dict", path.read_text())
 
 
-def test_importing_bench_pins_torch_to_avx2_kernels() -> None:
-    """Every x86-64 machine with AVX2 takes the same kernels (bench/__init__.py); native on request."""
+def test_importing_bench_pins_portable_cpu_kernels() -> None:
+    """Every x86-64 machine with AVX2 takes the same kernels (bench/__init__.py): ATen at AVX2 and MKL in
+    its vendor-independent COMPATIBLE branch; native on request."""
     import subprocess
     import sys
 
-    probe = "import bench, torch; torch.ones(2) + 1; print(torch.backends.cpu.get_cpu_capability())"
-    env = {k: v for k, v in __import__("os").environ.items() if k not in ("ATEN_CPU_CAPABILITY", "BENCH_CPU_KERNELS")}
+    from bench import CPU_KERNEL_VARIABLES
+
+    probe = ("import os, bench, torch; torch.ones(2) + 1; "
+             "print(torch.backends.cpu.get_cpu_capability(), os.environ.get('MKL_CBWR'))")
+    env = {k: v for k, v in __import__("os").environ.items() if k not in (*CPU_KERNEL_VARIABLES, "BENCH_CPU_KERNELS")}
     pinned = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True)
     native = subprocess.run([sys.executable, "-c", probe], env={**env, "BENCH_CPU_KERNELS": "native"},
                             capture_output=True, text=True, check=True)
-    assert pinned.stdout.strip() == "AVX2"
-    assert native.stdout.strip() in ("AVX2", "AVX512", "DEFAULT")
+    assert pinned.stdout.split() == ["AVX2", "COMPATIBLE"]
+    capability, cbwr = native.stdout.split()
+    assert capability in ("AVX2", "AVX512", "DEFAULT") and cbwr == "None"

@@ -17,7 +17,7 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
-from bench import CPU_KERNELS
+from bench import CPU_KERNEL_VARIABLES
 from bench.errors import BenchError
 from bench.runner.executor import Executor, Failure, RoundFn, RunRequest, listen, run_quiet
 
@@ -28,7 +28,7 @@ os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
 
 
 def _worker_environment() -> dict[str, str]:
-    keys = ["BENCH_CPU_KERNELS", *CPU_KERNELS["avx2"], "MLFLOW_TRACKING_URI", "BENCH_DATA_DIR"]
+    keys = ["BENCH_CPU_KERNELS", *CPU_KERNEL_VARIABLES, "MLFLOW_TRACKING_URI", "BENCH_DATA_DIR"]
     return {k: os.environ[k] for k in keys if k in os.environ}
 
 

@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 import torch
 import yaml
 
-from bench import CPU_KERNELS
+from bench import CPU_KERNEL_VARIABLES
 from bench.fileio import sha256_file, write_json, write_text
 
 T = TypeVar("T")
@@ -59,7 +59,7 @@ def environment() -> dict[str, str]:
             "torch": torch.__version__,
             # the CPU kernels torch dispatches to (e.g. AVX2, AVX512): they round differently
             "cpu_capability": torch.backends.cpu.get_cpu_capability(),
-            "cpu_kernels": " ".join(f"{k}={os.environ[k]}" for k in sorted(CPU_KERNELS["avx2"]) if k in os.environ)
+            "cpu_kernels": " ".join(f"{k}={os.environ[k]}" for k in sorted(CPU_KERNEL_VARIABLES) if k in os.environ)
             or "native"}
 
 
