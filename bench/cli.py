@@ -20,9 +20,13 @@ if TYPE_CHECKING:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from bench.config import apply_overrides, read_yaml_mapping
     from bench.tracking.background import BackgroundLogger
 
-    logger = BackgroundLogger()  # prepares MLflow on another core while this process imports torch and trains
+    # Read before torch is imported (the whole config is validated next): a run that logs starts the helper
+    # that prepares MLflow on another core while this process imports torch and trains.
+    tracking = apply_overrides(read_yaml_mapping(args.config), args.set or []).get("tracking")
+    logger = BackgroundLogger(start=not (isinstance(tracking, dict) and tracking.get("mlflow") is False))
     try:
         return _run_logged(args, logger)
     finally:

@@ -15,6 +15,7 @@ whose parent was killed reads the end of its input and exits without logging. It
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import subprocess
@@ -29,13 +30,14 @@ from bench.tracking import MlflowRun, mlflow_record, mlflow_uri, sqlite_file, st
 class BackgroundLogger:
     """A helper process that logs one run to MLflow (see the module's docstring)."""
 
-    def __init__(self) -> None:
-        try:
-            self.process: subprocess.Popen[str] | None = subprocess.Popen(
-                [sys.executable, "-m", "bench.tracking.background"], stdin=subprocess.PIPE,
-                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, text=True)
-        except OSError:
-            self.process = None
+    def __init__(self, start: bool = True) -> None:
+        """``start``: start the helper (False: a run that will not log; :meth:`log` logs in this process)."""
+        self.process: subprocess.Popen[str] | None = None
+        if start:
+            with contextlib.suppress(OSError):  # no helper: log() logs in this process
+                self.process = subprocess.Popen([sys.executable, "-m", "bench.tracking.background"],
+                                                stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                                                stderr=subprocess.DEVNULL, text=True)
 
     def log(self, config: Any, out_dir: str | Path) -> None:
         """Log the run recorded in ``out_dir`` (as :func:`~bench.tracking.log_mlflow` does) through the
