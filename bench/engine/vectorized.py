@@ -111,11 +111,12 @@ def train_together(clients: list[Client], loops: list[Loop], batches: list[Batch
     """Each client's local training (``loops[k]``: its :class:`~bench.engine.loop.Loop`, ``batches[k]``: its
     batch stream) minimising ``loss_fn``, the clients' steps batched; returns each client's mean loss as
     its loop would (raising :class:`~bench.errors.Diverged` for the first client, in order, that diverged)."""
-    model = clients[0].model
-    params = {n: _bind([dict(c.model.named_parameters())[n] for c in clients]) for n, _ in model.named_parameters()}
-    buffers = {n: _bind([dict(c.model.named_buffers())[n] for c in clients]) for n, _ in model.named_buffers()}
+    named_params = [dict(c.model.named_parameters()) for c in clients]
+    named_buffers = [dict(c.model.named_buffers()) for c in clients]
+    params = {n: _bind([named[n] for named in named_params]) for n in named_params[0]}
+    buffers = {n: _bind([named[n] for named in named_buffers]) for n in named_buffers[0]}
     template, state = _stacked_state(clients)
-    objective = _Objective(model, loss_fn)
+    objective = _Objective(clients[0].model, loss_fn)
     tallies = [LossTally(first_needed=loop.guard is not None and loop.guard.reference is None) for loop in loops]
 
     def loss_and_value(p: dict[str, torch.Tensor], b: dict[str, torch.Tensor], s: dict[str, Any], x: torch.Tensor,
@@ -126,9 +127,11 @@ def train_together(clients: list[Client], loops: list[Loop], batches: list[Batch
         return loss, loss.detach()
 
     def group_step(rows: list[int], xs: list[torch.Tensor], ys: list[torch.Tensor], step: Step) -> None:
-        whole = len(rows) == len(clients)
-        index = torch.tensor(rows, device=xs[0].device)
-        pick: Callable[[torch.Tensor], torch.Tensor] = (lambda t: t) if whole else (lambda t: t.index_select(0, index))
+        index = None if len(rows) == len(clients) else torch.tensor(rows, device=xs[0].device)
+
+        def pick(t: torch.Tensor) -> torch.Tensor:  # the group's rows (all clients: the stacked tensor itself)
+            return t if index is None else t.index_select(0, index)
+
         group_buffers = {n: pick(t) for n, t in buffers.items()}
         group_state = {n: [pick(t) for t in v] if isinstance(v, list) else pick(v) for n, v in state.items()}
         batched = vmap(grad(loss_and_value, has_aux=True), in_dims=(0, 0, 0, 0, 0, None), randomness="error")
@@ -141,7 +144,7 @@ def train_together(clients: list[Client], loops: list[Loop], batches: list[Batch
             raise BenchError("training.vectorize_clients: the model draws random numbers in training (dropout), "
                              "which batched clients cannot draw from their own streams; train with "
                              "training.vectorize_clients: false") from None
-        if not whole:  # BatchNorm statistics were updated on the gathered copies
+        if index is not None:  # BatchNorm statistics were updated on the gathered copies
             for n, t in group_buffers.items():
                 buffers[n].index_copy_(0, index, t)
         for j, k in enumerate(rows):
@@ -151,7 +154,7 @@ def train_together(clients: list[Client], loops: list[Loop], batches: list[Batch
             apply_step(None, loops[k].optimizer, loops[k].params, loops[k].grad_clip)
 
     streams: list[Batches | None] = list(batches)
-    for index in itertools.count():
+    for step_index in itertools.count():
         groups: dict[tuple[int, ...], list[tuple[int, torch.Tensor, torch.Tensor]]] = defaultdict(list)
         for k, stream in enumerate(streams):
             batch = None if stream is None else next(stream, None)
@@ -163,5 +166,5 @@ def train_together(clients: list[Client], loops: list[Loop], batches: list[Batch
             break
         for members in groups.values():
             group_step([k for k, _, _ in members], [x for _, x, _ in members], [y for _, _, y in members],
-                       Step(round_index, index))
+                       Step(round_index, step_index))
     return [loop.finish(tally) for loop, tally in zip(loops, tallies)]
