@@ -10,14 +10,30 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from bench import exit_without_teardown
 from bench.errors import BenchError, Diverged
 from bench.fileio import write_text
 
 if TYPE_CHECKING:
     from bench.suites import Suite
+    from bench.tracking.background import BackgroundLogger
 
 
 def _run(args: argparse.Namespace) -> int:
+    from bench.config import apply_overrides, read_yaml_mapping
+    from bench.tracking.background import BackgroundLogger
+
+    # Read before torch is imported (the whole config is validated next): a run that logs starts the helper
+    # that prepares MLflow on another core while this process imports torch and trains.
+    tracking = apply_overrides(read_yaml_mapping(args.config), args.set or []).get("tracking")
+    logger = BackgroundLogger(start=not (isinstance(tracking, dict) and tracking.get("mlflow") is False))
+    try:
+        return _run_logged(args, logger)
+    finally:
+        logger.close()
+
+
+def _run_logged(args: argparse.Namespace, logger: BackgroundLogger) -> int:
     from bench.experiment import load_config
     from bench.runner.executor import RunRequest, run_experiment
 
@@ -27,7 +43,7 @@ def _run(args: argparse.Namespace) -> int:
         raise BenchError(f"--out {out} is a file; give a folder (new or one of an earlier run)")
     request = RunRequest(config, out, args.data_dir, args.partition, args.checkpoint_every, args.keep_checkpoint)
     if args.no_progress:
-        metrics = run_experiment(request)
+        metrics = run_experiment(request, logger=logger.log)
     else:
         from tqdm import tqdm
 
@@ -36,7 +52,7 @@ def _run(args: argparse.Namespace) -> int:
                 bar.update(t - bar.n)  # a resumed run starts past round 1
                 bar.set_postfix({k: f"{v:.4f}" for k, v in row.items() if k.endswith(("acc", "loss"))})
 
-            metrics = run_experiment(request, progress)
+            metrics = run_experiment(request, progress, logger=logger.log)
     final = ", ".join(f"{k}={v:.4f}" for k, v in metrics["final"].items())
     print(f"{out}: final {final}")
     return 0
@@ -449,5 +465,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
 
 
+def entry() -> None:
+    """The ``bench`` console script: :func:`main`, then exit without the interpreter's teardown
+    (:func:`bench.exit_without_teardown`: 0.8-0.9 s of every ``bench`` process, measured)."""
+    exit_without_teardown(main())
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()

@@ -84,6 +84,10 @@ class TrainingConfig(Strict):
     divergence_factor: float | None = Field(1000.0, gt=1, description=(
         "a client's mean loss above this multiple of the run's first step loss is divergence (the run fails); "
         "null: only NaN/inf losses and parameters"))
+    vectorize_clients: bool = Field(False, exclude_if=lambda v: not v, description=(
+        "train a round's clients together, one vmapped forward/backward per step (bench/engine/vectorized.py): "
+        "for methods defined by their local_loss (FedAvg, FedProx, Standalone); equal to the serial loop to "
+        "float32 rounding, not bitwise; for GPUs"))
 
     @model_validator(mode="after")
     def _epochs_or_steps(self) -> TrainingConfig:

@@ -54,6 +54,8 @@ class Algorithm(Generic[ClientStateT, ServerStateT]):
     # -- set-up ---------------------------------------------------------------------------------
 
     def init_server(self) -> Server[ServerStateT]:
+        if self.ctx.config.training.vectorize_clients:
+            self.check_vectorizable()
         model = self.ctx.build_model("server") if self.has_global_model else None
         return Server(model, self.init_server_state(model))
 
@@ -92,6 +94,8 @@ class Algorithm(Generic[ClientStateT, ServerStateT]):
         """One communication round over the selected ``clients`` (sorted by id): each is broadcast to and
         trains (in id order, or in the seeded order of a :meth:`sequential` method, whose server takes in
         each update at once); then the updates, in client-id order, are aggregated. Returns metrics."""
+        if self.ctx.config.training.vectorize_clients:
+            return self.run_round_together(round_index, server, clients)
         order = [clients[i] for i in self.ctx.client_order(round_index, len(clients))] if self.sequential() \
             else clients
         done: dict[int, tuple[Update, float]] = {}
@@ -105,6 +109,31 @@ class Algorithm(Generic[ClientStateT, ServerStateT]):
         losses = [done[c.cid][1] for c in clients]
         self.aggregate(round_index, server, updates)
         return {"train_loss": sum(losses) / len(losses)}
+
+    def run_round_together(self, round_index: int, server: Server[ServerStateT],
+                           clients: list[Client[ClientStateT]]) -> dict[str, float]:
+        """:meth:`run_round` with the clients' local training batched (``training.vectorize_clients``): the
+        broadcast to every client, their :meth:`local_loss` minimised together
+        (:meth:`~bench.engine.context.Context.train_together`), their models aggregated — what :meth:`run_round`
+        computes with the default :meth:`local_update`, to float32 rounding (bench/engine/vectorized.py)."""
+        for client in clients:
+            self.broadcast(server, client)
+        losses = self.ctx.train_together(clients, round_index, self.local_loss)
+        self.aggregate(round_index, server, [Update(c.cid, c.data.num_samples, c.model.state_dict()) for c in clients])
+        return {"train_loss": sum(losses) / len(losses)}
+
+    def check_vectorizable(self) -> None:
+        """Refuse ``training.vectorize_clients`` where it cannot apply: it batches the local training of
+        methods defined by their :meth:`local_loss` alone (FedAvg, FedProx, Standalone), on one architecture."""
+        own = [name for name in ("run_round", "local_update")
+               if getattr(type(self), name) is not getattr(Algorithm, name)]
+        if own or self.sequential():
+            raise BenchError(f"training.vectorize_clients batches the local training of methods defined by their "
+                             f"local_loss alone (fedavg, fedprox, standalone); {self.name} has its own "
+                             f"{' and '.join(own) or 'sequential round'}: set training.vectorize_clients: false")
+        if len(set(self.ctx.architectures)) > 1:
+            raise BenchError("training.vectorize_clients batches clients of one architecture; drop model.candidates "
+                             "or set training.vectorize_clients: false")
 
     def broadcast(self, server: Server[ServerStateT], client: Client[ClientStateT]) -> None:
         """Send the global model to the client: its shared weights and BN buffers overwrite the client's."""

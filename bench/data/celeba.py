@@ -16,7 +16,6 @@ import zipfile
 from pathlib import Path
 
 import numpy as np
-from PIL import Image
 
 from bench.data.registry import DatasetSpec, register_dataset
 from bench.data.download import REMOTE_FILES, fetch, parsing, prepared_from_raw, raw_dir
@@ -57,6 +56,8 @@ def _read_users(paths: list[Path]) -> dict[str, tuple[list[str], list[int]]]:
 
 
 def _load_images(archive: zipfile.ZipFile, names: list[str]) -> np.ndarray:
+    from PIL import Image  # only when reading images: every run imports the dataset registry
+
     out = np.empty((len(names), 3, IMAGE_SIZE, IMAGE_SIZE), dtype=np.uint8)
     for i, name in enumerate(names):
         image = Image.open(io.BytesIO(archive.read(f"img_align_celeba/{name}"))).convert("RGB")

@@ -8,7 +8,6 @@ import tarfile
 from pathlib import Path
 
 import numpy as np
-from PIL import Image
 
 from bench.data.registry import DatasetSpec, register_dataset
 from bench.data.download import fetch, parsing, prepared_from_raw
@@ -20,6 +19,8 @@ SPLITS = ("train", "test")
 
 
 def _read_split_folders(archive: tarfile.TarFile) -> dict[str, list[tuple[str, np.ndarray, int]]]:
+    from PIL import Image  # only when reading images: every run imports the dataset registry
+
     found: dict[str, list[tuple[str, np.ndarray, int]]] = {s: [] for s in SPLITS}
     for member in archive:
         parts = Path(member.name.removeprefix("./")).parts

@@ -136,6 +136,16 @@ class Context:
         return self.client_loop(client, round_index, rng).run(
             self.client_batches(client, round_index), lambda step, batch: loss_fn(step, client, *batch))
 
+    def train_together(self, clients: list[Client], round_index: int, loss_fn: LossFn) -> list[float]:
+        """:meth:`local_train` of every client in ``clients`` (one architecture), their steps batched
+        (``training.vectorize_clients``, :func:`~bench.engine.vectorized.train_together`); each client's
+        mean batch loss."""
+        from bench.engine.vectorized import train_together  # imports torch.func only when asked for
+
+        loops = [self.client_loop(client, round_index) for client in clients]
+        return train_together(clients, loops, [self.client_batches(c, round_index) for c in clients], round_index,
+                              loss_fn)
+
     # -- evaluation ----------------------------------------------------------------------------
 
     @torch.no_grad()

@@ -17,6 +17,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from bench.engine import eager
 from bench.errors import Diverged
 
 B = TypeVar("B")
@@ -47,7 +48,7 @@ def apply_step(loss: torch.Tensor | None, optimizer: torch.optim.Optimizer, para
         loss.backward(inputs=list(backward_inputs) if backward_inputs is not None else None)
     if grad_clip is not None:
         torch.nn.utils.clip_grad_norm_(params, grad_clip)
-    optimizer.step()
+    eager.step(optimizer)  # optimizer.step() without importing torch's compiler
 
 
 @dataclass
@@ -92,41 +93,58 @@ class Loop(Generic[B]):
         return self._run(batches, gradient_fn, own_gradients=True)
 
     def _run(self, batches: Iterable[B], fn: Callable[[Step, B], torch.Tensor | float], own_gradients: bool) -> float:
-        total: torch.Tensor | np.float32 | float = 0.0
-        steps = 0
-        first = 0.0
+        tally = LossTally(first_needed=self.guard is not None and self.guard.reference is None)
         inputs = self.params if self.backward_inputs else None
         optimised = [p for group in self.optimizer.param_groups for p in group["params"]]
-        on_host = False  # summing float32 CPU losses as numpy float32 (see below)
         for batch in batches:
             for p in optimised:  # optimizer.zero_grad(set_to_none=True) without its profiler and dynamo wrappers
                 p.grad = None
-            loss = fn(Step(self.round, steps, self.rng), batch)
-            if steps == 0 and self.guard is not None and self.guard.reference is None:
-                first = float(loss.detach()) if isinstance(loss, torch.Tensor) else float(loss)
+            loss = fn(Step(self.round, tally.steps, self.rng), batch)
+            tally.add(float(loss) if own_gradients else loss)
             if own_gradients:
                 apply_step(None, self.optimizer, self.params, self.grad_clip)
-                total += float(loss)
             else:
                 assert isinstance(loss, torch.Tensor)
                 apply_step(loss, self.optimizer, self.params, self.grad_clip, inputs)
-                # The float32 running sum loss_0 + loss_1 + ... in step order. A float32 loss on the CPU is added
-                # as a numpy float32 (one IEEE single-precision addition, rounded exactly as the 0-dim tensor
-                # addition rounds it) instead of two tensor ops a step; elsewhere the sum stays a tensor, so
-                # that no step waits for the device.
-                if steps == 0:
-                    on_host = loss.is_cpu and loss.dtype == torch.float32
-                    total = np.float32(loss.item()) if on_host else loss.detach()
-                elif on_host and loss.is_cpu and loss.dtype == torch.float32:
-                    total = total + np.float32(loss.item())
-                else:
-                    if on_host:
-                        total, on_host = torch.tensor(total, dtype=torch.float32), False
-                    total = total + loss.detach()
-            steps += 1
-        mean = float(total) / max(steps, 1)
-        (self.guard or LossGuard(None)).check(first, mean, self.round, self.who)
+        return self.finish(tally)
+
+    def finish(self, tally: LossTally) -> float:
+        """The loop's mean loss over its steps, checked for divergence (:class:`LossGuard`)."""
+        mean = float(tally.total) / max(tally.steps, 1)
+        (self.guard or LossGuard(None)).check(tally.first, mean, self.round, self.who)
         return mean
+
+
+@dataclass
+class LossTally:
+    """A loop's losses in step order: the first step's (when the divergence guard needs it as its
+    reference) and their sum. A loss tensor is summed as the float32 running sum loss_0 + loss_1 + ...;
+    a float32 loss on the CPU is added as a numpy float32 (one IEEE single-precision addition, rounded
+    exactly as the 0-dim tensor addition rounds it) instead of two tensor ops a step; elsewhere the sum
+    stays a tensor, so that no step waits for the device. Loss values (own-gradient loops) are summed as
+    Python floats."""
+
+    first_needed: bool = False
+    steps: int = 0
+    first: float = 0.0
+    total: torch.Tensor | np.float32 | float = 0.0
+    on_host: bool = False
+
+    def add(self, loss: torch.Tensor | float) -> None:
+        if self.steps == 0 and self.first_needed:
+            self.first = float(loss.detach()) if isinstance(loss, torch.Tensor) else float(loss)
+        if not isinstance(loss, torch.Tensor):
+            self.total += loss
+        elif self.steps == 0:
+            self.on_host = loss.is_cpu and loss.dtype == torch.float32
+            self.total = np.float32(loss.item()) if self.on_host else loss.detach()
+        elif self.on_host and loss.is_cpu and loss.dtype == torch.float32:
+            self.total = self.total + np.float32(loss.item())
+        else:
+            if self.on_host:
+                self.total, self.on_host = torch.tensor(self.total, dtype=torch.float32), False
+            self.total = self.total + loss.detach()
+        self.steps += 1
 
 
 def adversarial_loop(batches: Iterable[B], discriminator: Loop[B], d_step: StepFn[B], generator: Loop[B],

@@ -30,9 +30,10 @@ class RunRequest:
     keep_checkpoint: bool = False
 
 
-def run_experiment(request: RunRequest, progress: ProgressFn | None = None, mlflow: bool = True) -> dict[str, Any]:
+def run_experiment(request: RunRequest, progress: ProgressFn | None = None, mlflow: bool = True,
+                   logger: Callable[[ExperimentConfig, Path], None] = log_mlflow) -> dict[str, Any]:
     """Run one experiment, write its records to ``out_dir`` (and, unless ``mlflow`` is False or the
-    config says otherwise, log them to MLflow); return metrics.json's content.
+    config says otherwise, log them to MLflow with ``logger``); return metrics.json's content.
 
     A run whose folder holds a checkpoint of the same run resumes from it. A diverged run writes
     ``failure.json`` (never ``metrics.json``), is marked FAILED in MLflow and re-raises :class:`Diverged`."""
@@ -46,13 +47,13 @@ def run_experiment(request: RunRequest, progress: ProgressFn | None = None, mlfl
         write_failure(request.out_dir, cfg, str(exc))
         remove_checkpoint(request.out_dir)
         if log:
-            log_mlflow(cfg, request.out_dir)
+            logger(cfg, Path(request.out_dir))
         raise
     write_run(result, request.out_dir)
     if not request.keep_checkpoint:
         remove_checkpoint(request.out_dir)
     if log:
-        log_mlflow(cfg, request.out_dir)
+        logger(cfg, Path(request.out_dir))
     return json.loads((Path(request.out_dir) / "metrics.json").read_text())
 
 

@@ -14,11 +14,11 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, TypeVar
 
-import torch
 import yaml
 
 from bench import CPU_KERNEL_VARIABLES
@@ -55,6 +55,8 @@ def code_version() -> dict[str, str]:
 
 
 def environment() -> dict[str, str]:
+    import torch  # here, so that logging a run to MLflow (bench.tracking.background) never imports torch
+
     return {"platform": platform.platform(), "machine": platform.machine(), "python": sys.version.split()[0],
             "torch": torch.__version__,
             # the CPU kernels torch dispatches to (e.g. AVX2, AVX512): they round differently
@@ -135,16 +137,21 @@ def mlflow_uri() -> str:
     return os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{Path('mlflow.db').resolve()}"
 
 
+def sqlite_file(uri: str) -> Path | None:
+    """The database file of a ``sqlite:///`` tracking URI; None for any other store."""
+    return Path(uri.removeprefix("sqlite:///").split("?")[0]) if uri.startswith("sqlite:///") else None
+
+
 @contextlib.contextmanager
 def store_lock() -> Iterator[None]:
     """Serialise writers of a SQLite MLflow store across processes (``flock`` on ``<db>.lock``): SQLite
     and MLflow's schema migrations on a new store are not safe with concurrent writers. A server store
     needs no lock."""
-    uri = mlflow_uri()
-    if not uri.startswith("sqlite:///"):
+    store = sqlite_file(mlflow_uri())
+    if store is None:
         yield
         return
-    lock = Path(uri.removeprefix("sqlite:///").split("?")[0] + ".lock")
+    lock = store.with_name(store.name + ".lock")
     lock.parent.mkdir(parents=True, exist_ok=True)
     with open(lock, "a") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
@@ -201,8 +208,13 @@ def log_mlflow(config: Any, out_dir: str | Path) -> None:
     per-round metrics from curves.csv (step = round), the summary from metrics.json, provenance as
     tags; FINISHED when metrics.json exists, FAILED (with the reason) when failure.json does. Safe
     with concurrent writers (:func:`store_lock`)."""
+    write_mlflow(mlflow_record(config, Path(out_dir)))
+
+
+def write_mlflow(run: MlflowRun) -> None:
+    """Log one :class:`MlflowRun`; safe with concurrent writers (:func:`store_lock`)."""
     with store_lock():
-        _retrying(lambda: _log_mlflow(config, Path(out_dir)))
+        _retrying(lambda: _write_mlflow(run))
 
 
 def logged_run_dirs(experiment: str) -> set[str]:
@@ -218,37 +230,55 @@ def logged_run_dirs(experiment: str) -> set[str]:
     return {r.data.tags.get("out_dir", "") for r in runs}
 
 
-def _log_mlflow(config: Any, out: Path) -> None:
-    import mlflow
-    from mlflow.entities import Metric, Param, RunTag
+@dataclass(frozen=True)
+class MlflowRun:
+    """One run as MLflow receives it; JSON-able, so that another process can log it."""
 
-    client = mlflow.MlflowClient(mlflow_uri())
-    mlflow.set_tracking_uri(mlflow_uri())
-    experiment = experiment_id(config.tracking.experiment)
+    experiment: str
+    name: str
+    status: str  # FINISHED or FAILED
+    tags: dict[str, str]
+    params: dict[str, str]
+    metrics: list[tuple[str, float, int]]  # (key, value, step)
+
+
+def mlflow_record(config: Any, out: Path) -> MlflowRun:
+    """What :func:`log_mlflow` logs for the run recorded in ``out``."""
     tags = {"seed": str(config.seed), "config_sha256": config.sha256, "out_dir": str(out.resolve()),
             "algorithm": config.algorithm.name, "dataset": config.dataset.name, **code_version(), **environment()}
-    metrics: list[Metric] = []
+    metrics: list[tuple[str, float, int]] = []
     if (out / "metrics.json").exists():
         status = "FINISHED"
         tags.update({k: str(v) for k, v in json.loads((out / "provenance.json").read_text()).items()})
         with open(out / "curves.csv", newline="") as handle:
             for row in csv.DictReader(handle):
-                metrics += [Metric(k, float(v), 0, int(row["round"])) for k, v in row.items() if k != "round" and v]
+                metrics += [(k, float(v), int(row["round"])) for k, v in row.items() if k != "round" and v]
         summary = json.loads((out / "metrics.json").read_text())
-        metrics += [Metric(f"{group}/{k}", float(v), 0, 0) for group, values in summary.items()
+        metrics += [(f"{group}/{k}", float(v), 0) for group, values in summary.items()
                     if isinstance(values, dict) for k, v in values.items()]
     else:
         status = "FAILED"
         failure = out / "failure.json"
         tags["failure"] = json.loads(failure.read_text())["reason"][:5000] if failure.exists() else "no record"
-    run_id = client.create_run(experiment, run_name=f"{config.name}-s{config.seed}").info.run_id
-    params = [Param(k, str(v)[:6000]) for k, v in _flatten(config.to_dict()).items()]
-    client.log_batch(run_id, tags=[RunTag(k, v) for k, v in tags.items()])
+    return MlflowRun(config.tracking.experiment, f"{config.name}-s{config.seed}", status, tags,
+                     {k: str(v)[:6000] for k, v in _flatten(config.to_dict()).items()}, metrics)
+
+
+def _write_mlflow(run: MlflowRun) -> None:
+    import mlflow
+    from mlflow.entities import Metric, Param, RunTag
+
+    client = mlflow.MlflowClient(mlflow_uri())
+    mlflow.set_tracking_uri(mlflow_uri())
+    run_id = client.create_run(experiment_id(run.experiment), run_name=run.name).info.run_id
+    params = [Param(k, v) for k, v in run.params.items()]
+    metrics = [Metric(k, v, 0, step) for k, v, step in run.metrics]
+    client.log_batch(run_id, tags=[RunTag(k, v) for k, v in run.tags.items()])
     for start in range(0, len(params), 100):  # MLflow's per-call limits: 100 params, 1000 metrics
         client.log_batch(run_id, params=params[start:start + 100])
     for start in range(0, len(metrics), 1000):
         client.log_batch(run_id, metrics=metrics[start:start + 1000])
-    client.set_terminated(run_id, status=status)
+    client.set_terminated(run_id, status=run.status)
 
 
 def _flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
