@@ -101,6 +101,9 @@ class FedMD(ParameterAveraging[Consensus, Consensus]):
         super().broadcast(server, client)
         client.state.consensus = server.state.consensus
 
+    def broadcast_payload(self, server: Server[Consensus], client: Client[Consensus]) -> object:
+        return super().broadcast_payload(server, client), server.state.consensus
+
     def local_update(self, round_index: int, server: Server[Consensus],
                      client: Client[Consensus]) -> tuple[SoftUpdate, float]:
         update, loss = super().local_update(round_index, server, client)
