@@ -4,7 +4,8 @@ A suite is described by a params file (the root ``params.yaml`` for the default 
 ``pipelines/<paper>/params.yaml`` for a paper) with this shape::
 
     suite:    {name, seeds, jobs, executor: serial|processes|ray, ray: {address, cpus_per_run, gpus_per_run,
-               max_retries}, paper: <optional: a paper of PAPERS whose tables this suite makes>,
+               max_retries}, checkpoint_every: <rounds, default 1>,
+               paper: <optional: a paper of PAPERS whose tables this suite makes>,
                statistics: [<statistic name>, ...],   # pinned and compared (default: DEFAULT_STATISTICS)
                base: <experiment config shared by every run>}
     settings: {<setting>: <config overlay: partition, dataset, model, budget, ...; optional `methods:`
@@ -73,6 +74,9 @@ class SuiteSection(BaseModel):
     statistics: list[Statistic] = Field(
         default_factory=lambda: [Statistic.model_validate(s) for s in DEFAULT_STATISTICS],
         description="pinned and compared for every run; the paper's cells add theirs")
+    checkpoint_every: int = Field(1, ge=0, description=(
+        "each run writes its checkpoint every this many rounds (0: never); runs of thousands of short rounds "
+        "spend more time pickling their state than training at 1. Results never depend on it"))
     base: dict[str, Any] = Field(default_factory=dict)
 
 
@@ -247,7 +251,7 @@ class Suite:
     def requests(self, method: str, data_dir: Path | None = None) -> list[RunRequest]:
         return [RunRequest(self.config(method, setting, seed), self.run_dir(method, setting, seed), data_dir,
                            self.partition_dir(setting) if (self.partition_dir(setting) / "partition.json").exists()
-                           else None)
+                           else None, self.params.suite.checkpoint_every)
                 for setting in self.settings_of(method) for seed in self.params.suite.seeds]
 
     def figure_config(self, figure: str) -> ExperimentConfig:
