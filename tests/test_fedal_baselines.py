@@ -17,9 +17,8 @@ from bench.algorithms.feddf import distillation_loss
 from bench.algorithms.fedproto_fedal import feature_distance
 from bench.engine.ledger import payload_bytes
 from bench.errors import BenchError
-from bench.runner.executor import RunRequest, run_experiment
 from bench.runner.federation import run_federation
-from tests.test_fedal import fedal_config
+from tests.test_fedal import assert_resumes_bitwise, fedal_config
 
 
 def test_cfd_quantisation_by_hand() -> None:
@@ -158,12 +157,4 @@ def test_fedproto_fedal_needs_one_feature_dimension() -> None:
 def test_a_resumed_run_equals_an_uninterrupted_one(algorithm: dict, data_dir: Path, tmp_path: Path) -> None:
     """FCCL's pre-trained and previous-round teachers, CFD's server model and optimiser, FD's label means,
     FedDF-AL's group models, discriminator and snapshots: all in the checkpoint."""
-    from tests.test_resume import RECORDS, _Killed, _kill_after
-
-    config = fedal_config(algorithm=algorithm, training={"rounds": 4})
-    run_experiment(RunRequest(config, tmp_path / "whole", data_dir))
-    with pytest.raises(_Killed):
-        run_experiment(RunRequest(config, tmp_path / "cut", data_dir), progress=_kill_after(2))
-    run_experiment(RunRequest(config, tmp_path / "cut", data_dir))
-    for name in RECORDS:
-        assert (tmp_path / "cut" / name).read_bytes() == (tmp_path / "whole" / name).read_bytes(), name
+    assert_resumes_bitwise(fedal_config(algorithm=algorithm, training={"rounds": 4}), data_dir, tmp_path)

@@ -180,3 +180,14 @@ def test_smoke_profile_end_to_end_with_dvc(tmp_path: Path) -> None:
     compared = _dvc(project, "repro", "pipelines/fedal/dvc.yaml")
     assert compared.returncode == 0, compared.stderr[-3000:]
     assert "0 CHANGED, 0 DRIFT, 0 MISSING" in (report / "drift.md").read_text()
+
+
+def test_celebas_steps_are_costed_on_a_fabricated_dataset_of_its_shape(tmp_path: Path) -> None:
+    """`bench suite cost` measures a method on an embedded dataset of the run's image shape: CelebA's 3×84×84
+    has synthetic84; LEAF's per-user split is estimated by an iid split of the same sizes."""
+    from bench.report.cost import _paper_sizes, stand_in
+
+    cfg = load_suite(PARAMS, overrides=["profile=paper"]).config("fedal", "celeba-n20", 0)
+    assert stand_in(cfg, tmp_path) == "synthetic84"
+    train, _ = _paper_sizes(cfg)
+    assert len(train) == 20

@@ -115,6 +115,24 @@ def teacher_distribution(mean: torch.Tensor, own: torch.Tensor, clients: int, te
     return F.softmax(centre / temperature, dim=1) if average == "logits" else centre
 
 
+def uses_local_lf(params: LessForgettingParams, round_index: int) -> bool:
+    """Whether r_loc applies in ``round_index`` (A5: in round 1 too, unless ``lf_first_round`` is false)."""
+    return params.lf_local_weight > 0 and (params.lf_first_round or round_index > 1)
+
+
+def local_objective(model: nn.Module, snapshot: nn.Module | None, x: torch.Tensor, y: torch.Tensor,
+                    params: LessForgettingParams, round_index: int) -> torch.Tensor:
+    """V_loc = CE(y, f(x)) + r_loc(x) (eqs. 16-17), r_loc against the frozen ``snapshot`` where it applies."""
+    _, logits = model(x)
+    loss = F.cross_entropy(logits, y)
+    if not uses_local_lf(params, round_index):
+        return loss
+    assert snapshot is not None
+    with torch.no_grad():
+        _, frozen = snapshot(x)
+    return loss + params.lf_local_weight * lf_loss(frozen, logits, params.lf_temperature)
+
+
 def discriminator_loss(discriminator: nn.Module, logits: torch.Tensor, targets: torch.Tensor,
                        temperature: float) -> torch.Tensor:
     """−𝒰 (eq. 8): the mean over clients and samples of CE(n, h(ψ(f_n(x), E))), for ``logits`` N × B × K and
@@ -219,23 +237,13 @@ class FedAL(KnowledgeTransfer[FedALClient, DiscriminatorState]):
 
     # -- local training -------------------------------------------------------------------------
 
-    def uses_local_lf(self, round_index: int) -> bool:
-        return self.params.lf_local_weight > 0 and (self.params.lf_first_round or round_index > 1)
-
     def before_local(self, round_index: int, clients: list[Client[FedALClient]]) -> None:
-        if self.uses_local_lf(round_index):  # θ_n^{t,0}
+        if uses_local_lf(self.params, round_index):  # θ_n^{t,0}
             for c in clients:
                 c.state.snapshot = refresh_snapshot(c.state.snapshot, c.model, self.params.snapshot_mode)
 
     def local_loss(self, step: Step, client: Client[FedALClient], x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        _, logits = client.model(x)
-        loss = F.cross_entropy(logits, y)
-        if not self.uses_local_lf(step.round):
-            return loss
-        assert client.state.snapshot is not None
-        with torch.no_grad():
-            _, frozen = client.state.snapshot(x)
-        return loss + self.params.lf_local_weight * lf_loss(frozen, logits, self.params.lf_temperature)
+        return local_objective(client.model, client.state.snapshot, x, y, self.params, step.round)
 
     # -- global knowledge transfer --------------------------------------------------------------
 

@@ -25,13 +25,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from pydantic import Field
 from torch import nn
 
 from bench.algorithms import register_algorithm
 from bench.algorithms.fedal import (AdversarialParams, DiscriminatorState, LessForgettingParams, adversarial_term,
-                                    discriminator_round, discriminator_state, lf_loss)
+                                    discriminator_round, discriminator_state, lf_loss, local_objective)
 from bench.algorithms.feddf import FedDF, FedDFParams, GroupMember, GroupModels, distillation_loss
 from bench.engine.loop import Loop, Step
 from bench.engine.snapshots import refresh_snapshot
@@ -69,9 +68,6 @@ class FedDFAL(FedDF):
         return Server(server.model, FedDFALServer(models=server.state.models, discriminator=discriminator.discriminator,
                                                   optimizer=discriminator.optimizer))
 
-    def uses_local_lf(self, round_index: int) -> bool:
-        return self.params.lf_local_weight > 0 and (self.params.lf_first_round or round_index > 1)
-
     def broadcast(self, server: Server[GroupModels], client: Client[FedDFALClient]) -> None:  # type: ignore[override]
         super().broadcast(server, client)
         client.state.snapshot = refresh_snapshot(client.state.snapshot, client.model, self.params.snapshot_mode)
@@ -79,14 +75,7 @@ class FedDFAL(FedDF):
     def local_loss(self, step: Step, client: Client[FedDFALClient], x: torch.Tensor,  # type: ignore[override]
                    y: torch.Tensor) -> torch.Tensor:
         """V_loc = CE + r_loc (FedAL eq. 17), r_loc against θ_g as broadcast this round."""
-        _, logits = client.model(x)
-        loss = F.cross_entropy(logits, y)
-        if not self.uses_local_lf(step.round):
-            return loss
-        assert client.state.snapshot is not None
-        with torch.no_grad():
-            _, frozen = client.state.snapshot(x)
-        return loss + self.params.lf_local_weight * lf_loss(frozen, logits, self.params.lf_temperature)
+        return local_objective(client.model, client.state.snapshot, x, y, self.params, step.round)
 
     def distill(self, round_index: int, server: Server[FedDFALServer], updates: list[Update],  # type: ignore[override]
                 groups: list[str]) -> None:
