@@ -103,7 +103,7 @@ def draw_figure(suite: Suite, figure: Figure, panels: list[tuple[ReportColumn, l
                 method_style: Style) -> Path:
     from matplotlib.figure import Figure as MplFigure  # no pyplot: no global state, Agg canvas
 
-    fig = MplFigure(figsize=(4.6 * len(panels) + 1.8, 3.8), layout="constrained")
+    fig = MplFigure(figsize=(max(8.0, 4.6 * len(panels) + 1.8), 4.2), layout="constrained")
     axes = fig.subplots(1, len(panels), squeeze=False)[0]
     methods = list(suite.params.methods)
     handles = {}
@@ -115,11 +115,11 @@ def draw_figure(suite: Suite, figure: Figure, panels: list[tuple[ReportColumn, l
                             linewidth=0)
         if figure.x == "upload_mb":
             ax.set_xscale("log")
-        ax.set(xlabel=X_LABELS[figure.x], ylabel=figure.metric.replace("_", " "), title=column.label)
+        ax.set(xlabel=X_LABELS[figure.x], ylabel="accuracy", title=column.label)
         ax.grid(alpha=0.3)
     label = suite.paper.definition.label if suite.paper is not None else str
     fig.legend(list(handles.values()), [label(m) for m in handles], loc="outside right upper", fontsize="small")
-    fig.suptitle(f"{figure.title} — {suite.name} (line: mean over seeds; band: min-max)", fontsize="medium")
+    fig.suptitle(f"{figure.title}\nsuite {suite.name}; line: mean over seeds, band: min-max", fontsize="medium")
     return atomic_write(path, lambda handle: fig.savefig(handle, format="png", dpi=110))
 
 

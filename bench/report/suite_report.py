@@ -166,18 +166,24 @@ def metrics_files(table: dict[str, dict[str, dict]]) -> dict[str, dict[str, floa
 
 def setting_curves(suite: Suite, runs: dict[tuple[str, str, int], RunRecord],
                    setting: str) -> tuple[np.ndarray, dict[tuple[str, str], np.ndarray]]:
-    """Rounds and, per (method, metric), a (seeds x rounds) array (NaN where not evaluated)."""
-    rounds: np.ndarray | None = None
-    out: dict[tuple[str, str], np.ndarray] = {}
+    """The rounds of any method's runs and, per (method, metric), a (seeds x rounds) array on them (NaN where
+    not evaluated: methods may run different numbers of rounds, e.g. FedAL's τ per method)."""
+    per_method: dict[tuple[str, str], tuple[np.ndarray, np.ndarray]] = {}
     for method in suite.params.methods:
         curves = [runs[key].curves() for seed in suite.params.suite.seeds if (key := (method, setting, seed)) in runs]
-        if not curves:  # every seed diverged
+        if not curves:  # every seed diverged, or the method does not run on this setting
             continue
         rounds = np.array(curves[0]["round"], dtype=int)
         for metric in ACC_METRICS:
             if all(metric in c for c in curves):
-                out[method, metric] = np.array([c[metric] for c in curves], dtype=float)
-    return (np.zeros(0, dtype=int) if rounds is None else rounds), out
+                per_method[method, metric] = rounds, np.array([c[metric] for c in curves], dtype=float)
+    every = np.array(sorted({int(r) for rounds, _ in per_method.values() for r in rounds}), dtype=int)
+    out: dict[tuple[str, str], np.ndarray] = {}
+    for key, (rounds, values) in per_method.items():
+        grid = np.full((len(values), len(every)), np.nan)
+        grid[:, np.searchsorted(every, rounds)] = values
+        out[key] = grid
+    return every, out
 
 
 def curves_csv(setting: str, rounds: np.ndarray, curves: dict[tuple[str, str], np.ndarray]) -> str:
