@@ -150,16 +150,17 @@ def _suite_partition(args: argparse.Namespace) -> int:
 def _suite_figures(args: argparse.Namespace) -> int:
     from bench.data import load_dataset
     from bench.runner.federation import partition_for
-    from bench.report.partition_plots import plot_class_heatmap
+    from bench.report.partition_plots import plot_class_bubbles, plot_class_heatmap
 
     suite = _suite(args)
     out = args.out or suite.root / "reports" / suite.name / "paper-figures"
     for figure in suite.params.figures:
         config = suite.figure_config(figure)
         partition = partition_for(config, load_dataset(config.dataset.name, args.data_dir), None)
-        print(plot_class_heatmap(partition, out / f"{figure}.png", title=f"{suite.name} {figure}: "
-                                 f"{config.dataset.name}, {partition.num_clients} clients, "
-                                 f"beta={partition.params.get('alpha')}"))
+        plot = plot_class_bubbles if suite.figure_plot(figure) == "bubbles" else plot_class_heatmap
+        print(plot(partition, out / f"{figure}.png", title=f"{suite.name} {figure}: {config.dataset.name}, "
+                   f"{partition.num_clients} clients, {'beta' if plot is plot_class_heatmap else 'alpha'}="
+                   f"{partition.params.get('alpha')}"))
     return 0
 
 

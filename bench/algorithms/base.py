@@ -1,6 +1,8 @@
 """The interface every method implements.
 
-A round is ``broadcast -> local_update (per selected client, in client-id order) -> aggregate``.
+A round is ``broadcast -> local_update (per selected client, in client-id order) -> aggregate``; the
+default round feeds the run's communication ledger (:mod:`bench.engine.ledger`) with each broadcast
+(:meth:`Algorithm.broadcast_payload`) and each client's typed :class:`~bench.engine.state.Update`.
 The FedAvg family overrides only the pieces that differ (usually :meth:`Algorithm.local_loss`);
 methods with other communication patterns (logits on a public set, generators, prototypes)
 override :meth:`Algorithm.run_round` and use the same :class:`~bench.engine.context.Context`.
@@ -101,7 +103,9 @@ class Algorithm(Generic[ClientStateT, ServerStateT]):
         done: dict[int, tuple[Update, float]] = {}
         for client in order:
             self.broadcast(server, client)
+            self.ctx.ledger.down(self.broadcast_payload(server, client))
             update, loss = self.local_update(round_index, server, client)
+            self.ctx.ledger.up(update)
             if self.sequential():
                 self.receive(round_index, server, update)
             done[client.cid] = update, loss
@@ -139,6 +143,14 @@ class Algorithm(Generic[ClientStateT, ServerStateT]):
         """Send the global model to the client: its shared weights and BN buffers overwrite the client's."""
         if server.model is not None:
             copy_state(client.model, server.model, self.shared_keys(server.model))
+
+    def broadcast_payload(self, server: Server[ServerStateT], client: Client[ClientStateT]) -> object:
+        """What :meth:`broadcast` sends the client, for the communication ledger (:mod:`bench.engine.ledger`):
+        the global model's shared weights and buffers; methods that send more add it."""
+        if server.model is None:
+            return None
+        keys = self.shared_keys(server.model)
+        return {k: v for k, v in server.model.state_dict().items() if keys is None or k in keys}
 
     def local_update(self, round_index: int, server: Server[ServerStateT],
                      client: Client[ClientStateT]) -> tuple[Update, float]:

@@ -150,6 +150,9 @@ class FedGen(ParameterAveraging[FedGenClient, GeneratorState]):
         super().broadcast(server, client)
         client.state.generator = server.state.generator
 
+    def broadcast_payload(self, server: Server[GeneratorState], client: Client[FedGenClient]) -> object:
+        return super().broadcast_payload(server, client), server.state.generator
+
     def local_update(self, round_index: int, server: Server[GeneratorState],
                      client: Client[FedGenClient]) -> tuple[LabelCountUpdate, float]:
         assert client.state.generator is not None

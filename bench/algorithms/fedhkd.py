@@ -195,6 +195,9 @@ class FedHKD(ParameterAveraging[Knowledge, Knowledge]):
         super().broadcast(server, client)
         client.state.knowledge = server.state.knowledge
 
+    def broadcast_payload(self, server: Server[Knowledge], client: Client[Knowledge]) -> object:
+        return super().broadcast_payload(server, client), server.state.knowledge
+
     def local_loss(self, step: Step, client: Client[Knowledge], x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         features, logits = client.model(x)
         loss = F.cross_entropy(logits, y)

@@ -11,6 +11,10 @@ order, forwarded in train mode; round 1 is CE only. The public set is the config
 (``public.size`` training images held by no client; the paper takes its size = a client's local
 train size).
 
+Not to be confused with ``fedmd_fedal`` (:mod:`bench.algorithms.fedmd_fedal`), FedMD as the FedAL paper
+runs it: black-box clients without model averaging, one public mini-batch per iteration in lockstep,
+KL to the mean of the other clients' logits (specs/fedal.md §3.2.1).
+
 Readings (the released code, specs/fedhkd.md §4 [C], where the paper is silent):
 * b is the batch's index within its local epoch; public batches have the private batch size and the
   config's ``drop_last``, and a private batch whose index has no public batch gets no distillation
@@ -96,6 +100,9 @@ class FedMD(ParameterAveraging[Consensus, Consensus]):
     def broadcast(self, server: Server[Consensus], client: Client[Consensus]) -> None:
         super().broadcast(server, client)
         client.state.consensus = server.state.consensus
+
+    def broadcast_payload(self, server: Server[Consensus], client: Client[Consensus]) -> object:
+        return super().broadcast_payload(server, client), server.state.consensus
 
     def local_update(self, round_index: int, server: Server[Consensus],
                      client: Client[Consensus]) -> tuple[SoftUpdate, float]:

@@ -74,6 +74,9 @@ class FedProto(ParameterAveraging[Prototypes, Prototypes]):
         super().broadcast(server, client)
         client.state.prototypes = server.state.prototypes
 
+    def broadcast_payload(self, server: Server[Prototypes], client: Client[Prototypes]) -> object:
+        return super().broadcast_payload(server, client), server.state.prototypes
+
     def local_loss(self, step: Step, client: Client[Prototypes], x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         features, logits = client.model(x)
         loss = F.cross_entropy(logits, y)

@@ -7,7 +7,7 @@ Algorithms call these; they never seed, load data, pick devices or log (DESIGN.m
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Literal
 
@@ -16,6 +16,7 @@ from torch import nn
 
 from bench.config import ExperimentConfig
 from bench.engine.chunks import chunk_size
+from bench.engine.ledger import Ledger
 from bench.engine.loop import Loop, LossGuard, Step
 from bench.engine.state import Client
 from bench.engine.streams import SharedBatches, epoch_batches
@@ -33,6 +34,7 @@ class Context:
     num_classes: int
     device: torch.device
     public_x: torch.Tensor | None = None  # the unlabelled public set, when the config asks for one
+    ledger: Ledger = field(default_factory=Ledger)  # the bytes sent this round (bench.engine.ledger)
 
     @property
     def seed(self) -> int:

@@ -86,15 +86,21 @@ class CelebACNN(BodyHead):
         self.classifier = nn.Linear(self.feature_dim, num_classes)
 
 
+ACTIVATIONS = {"relu": nn.ReLU, "leaky_relu": lambda: nn.LeakyReLU(0.2)}
+
+
 class ClientDiscriminator(BodyHead):
     """FedAL's server discriminator h(p, w): R^K -> R^N (specs/fedal.md §2.1, §2.6 A7):
-    Linear(K, 32) -> ReLU -> Linear(32, 265) -> ReLU (features) -> Linear(265, N) client-index logits.
+    Linear(K, 32) -> ReLU -> Linear(32, 265) -> ReLU (features) -> Linear(265, N) client-index logits
+    (``activation``: ReLU, or LeakyReLU(0.2), A7's alternative).
     Its input is the temperature softmax psi(f_n, 2) of a client's logits."""
 
-    def __init__(self, in_shape: tuple[int, ...], num_classes: int, hidden: tuple[int, int] = (32, 265)) -> None:
+    def __init__(self, in_shape: tuple[int, ...], num_classes: int, hidden: tuple[int, int] = (32, 265),
+                 activation: str = "relu") -> None:
         super().__init__()
         (k,) = in_shape
-        self.body = nn.Sequential(nn.Linear(k, hidden[0]), nn.ReLU(), nn.Linear(hidden[0], hidden[1]), nn.ReLU())
+        act = ACTIVATIONS[activation]
+        self.body = nn.Sequential(nn.Linear(k, hidden[0]), act(), nn.Linear(hidden[0], hidden[1]), act())
         self.feature_dim = hidden[1]
         self.classifier = nn.Linear(hidden[1], num_classes)
 
@@ -124,6 +130,8 @@ def celeba_cnn(in_shape: tuple[int, ...], num_classes: int, channels: int = 32) 
 
 @register_model("fedal_discriminator", example_input=((10,), 20))
 def fedal_discriminator(in_shape: tuple[int, ...], num_classes: int,
-                        hidden: tuple[int, int] | list[int] = (32, 265)) -> nn.Module:
+                        hidden: tuple[int, int] | list[int] = (32, 265), activation: str = "relu") -> nn.Module:
     """FedAL server discriminator MLP K -> 32 -> 265 -> N (in_shape = (K,), num_classes = N clients)."""
-    return ClientDiscriminator(in_shape, num_classes, (int(hidden[0]), int(hidden[1])))
+    if activation not in ACTIVATIONS:
+        raise ValueError(f"activation must be one of {', '.join(ACTIVATIONS)}, got {activation!r}")
+    return ClientDiscriminator(in_shape, num_classes, (int(hidden[0]), int(hidden[1])), activation)

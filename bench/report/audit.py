@@ -27,6 +27,7 @@ from bench.data.prepared import load_prepared
 from bench.data.registry import prepared_dir
 from bench.errors import BenchError
 from bench.fileio import sha256_file
+from bench.report.paper_report import table_rows
 from bench.report.pinned import PinnedFile, default_pinned_path, load_pinned
 from bench.report.runs import ACC_METRICS, RunRecord, read_run, statistic_value
 from bench.report.suite_report import LABELS, METRIC_TITLES, STATISTICS
@@ -63,14 +64,14 @@ def report_cells(suite: Suite, report: Path) -> list[Cell]:
     if report.name == "summary.md":
         return [Cell((METRIC_TITLES[metric],), method, f"{setting} {LABELS[name]}", method, setting,
                      Statistic.model_validate(f"{rounds}_{metric}"))
-                for metric in ACC_METRICS for method in p.methods for setting in p.settings
+                for metric in ACC_METRICS for method in p.methods for setting in suite.settings_of(method)
                 for name, rounds in STATISTICS.items()]
     if report.name == "paper.md" and suite.paper is not None:
         d = suite.paper.definition
         return [Cell((d.tables[c.table].title, c.label), d.label(method), f"{measure.label} ours", method,
                      c.setting, c.statistics[name], c.key)
                 for c in d.columns_for(list(p.settings)) for name, measure in d.tables[c.table].measures.items()
-                for method in p.methods]
+                for method in table_rows(suite, c)]
     raise BenchError(f"{report}: not a report bench audit reads; name a suite's summary.md or paper.md "
                      "(reports/<suite>/)")
 

@@ -13,7 +13,8 @@ A run's FLOPs = (training FLOPs per trained image) × (images trained) + (forwar
   thereby counted, not assumed.
 - **Images trained**: rounds × local epochs (or steps × batch) × each client's train size (whole
   batches only with ``drop_last``), with the setting's partition built on labels of the dataset's sizes
-  spread evenly over its classes (no data needed; exact for balanced datasets, an approximation otherwise).
+  spread evenly over its classes (no data needed; exact for balanced datasets, an approximation otherwise;
+  a scheme needing more than labels, LEAF's users, by an iid split of the same sizes).
 - **Images evaluated**: on every evaluated round, the global test set, the local test sets and, where
   configured, every client model on the global test set.
 
@@ -35,7 +36,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from bench.config import ExperimentConfig
 from bench.data import dataset_names, get_dataset_spec, load_dataset
-from bench.data.partition import make_partition
+from bench.data.partition import get_partitioner, make_partition
 from bench.errors import BenchError
 from bench.experiment import build_config
 from bench.models import build_model, get_model_entry
@@ -133,12 +134,15 @@ def _images_per_round(config: ExperimentConfig, sizes: list[int]) -> int:
 
 
 def _paper_sizes(config: ExperimentConfig) -> tuple[list[int], list[int]]:
-    """Train and local-test sizes per client of the setting's partition, on evenly spread labels."""
+    """Train and local-test sizes per client of the setting's partition, on evenly spread labels; a scheme that
+    needs more than labels (LEAF's users, images) is estimated by an iid split of the same sizes."""
     spec = get_dataset_spec(config.dataset.name)
     p = config.partition
     labels = np.arange(spec.num_train - (config.public.size if config.public.source == "carve" else 0)) \
         % spec.num_classes
-    part = make_partition(labels, spec.num_classes, p.scheme, p.num_clients, p.seed, p.scheme_params,
+    scheme, params = (p.scheme, p.scheme_params) if set(get_partitioner(p.scheme).needs) <= {"seed", "test_labels"} \
+        else ("iid", {})
+    part = make_partition(labels, spec.num_classes, scheme, p.num_clients, p.seed, params,
                           p.local_test_fraction, test_labels=np.arange(spec.num_test) % spec.num_classes)
     return [len(t) for t in part.train], [len(t) for t in part.local_test]
 
@@ -164,7 +168,7 @@ def suite_costs(suite: Suite, data_dir: Path | None = None) -> list[RunCost]:
     """Every run's cost (one per method and setting: seeds cost the same)."""
     seed = suite.params.suite.seeds[0]
     return [run_cost(suite.config(method, setting, seed), method, setting, data_dir)
-            for method in suite.params.methods for setting in suite.params.settings]
+            for method in suite.params.methods for setting in suite.settings_of(method)]
 
 
 def cost_table(suite: Suite, tflops: float | None = None, data_dir: Path | None = None) -> str:
@@ -183,7 +187,7 @@ def cost_table(suite: Suite, tflops: float | None = None, data_dir: Path | None 
 
     def measured_time(method: str) -> float | None:
         times = [r.seconds_per_round for (m, _, _), r in found.items() if m == method]
-        return sum(times) / len(times) if times and len(times) == len(suite.params.settings) * seeds else None
+        return sum(times) / len(times) if times and len(times) == len(suite.settings_of(method)) * seeds else None
 
     rows, total = [], 0.0
     base = [c for c in costs if c.method == reference]

@@ -7,15 +7,25 @@ from __future__ import annotations
 
 import math
 
+from bench.report.paper_figures import X_LABELS
 from bench.report.pinned import PinnedFile
 from bench.report.runs import RunKey, RunRecord, statistic_value
 from bench.suites import Suite
 from bench.config import ExperimentConfig
-from bench.suites.paper import TIME_RATIO, BandCell, Measure, Paper, PaperDefinition, ReportColumn, Results, Section, \
-    band_cells
+from bench.suites.paper import TIME_RATIO, BandCell, Figure, Measure, Paper, PaperDefinition, ReportColumn, Results, \
+    Section, band_cells
 from bench.suites.statistics import Statistic, aggregate
 
 Cells = dict[tuple[str, str, str], tuple[float, float | None]]  # (method, column, measure) -> (mean, spread)
+
+
+def table_rows(suite: Suite, column: ReportColumn) -> list[str]:
+    """The rows of a report column: the suite's methods that the paper prints in the column's table, or
+    in none of its tables (extra rows, e.g. a code-mode variant), and that run on its setting."""
+    d = suite.paper.definition  # type: ignore[union-attr]
+    printed = d.table_methods(column.table)
+    return [m for m in suite.params.methods
+            if (m in printed or m not in d.methods) and suite.runs_on(m, column.setting)]
 
 
 def our_cells(suite: Suite, runs: dict[RunKey, RunRecord], columns: list[ReportColumn]) -> Cells:
@@ -27,7 +37,7 @@ def our_cells(suite: Suite, runs: dict[RunKey, RunRecord], columns: list[ReportC
     for column in columns:
         for name, measure in paper.definition.tables[column.table].measures.items():
             statistic = column.statistics[name]
-            for method in suite.params.methods:
+            for method in table_rows(suite, column):
                 keys = [(method, column.setting, seed) for seed in suite.params.suite.seeds]
                 values = [v for key in keys if key in runs
                           and (v := statistic_value(suite, runs, key, statistic)) is not None]
@@ -77,10 +87,15 @@ def _measures_line(measures: dict[str, Measure], statistics: dict[str, Statistic
         for name, measure in measures.items()) + "."
 
 
+PaperFigure = tuple[str, Figure, str, list[list[str]]]
+"""A drawn figure: its name, definition, image path (relative to the report) and end-point rows."""
+
+
 def paper_markdown(suite: Suite, runs: dict[RunKey, RunRecord], summary: dict[str, dict[str, dict]],
-                   pinned: PinnedFile | None, provenance: str = "") -> str:
+                   pinned: PinnedFile | None, provenance: str = "", figures: list[PaperFigure] | None = None) -> str:
     """The paper section of the report (``paper.md``); ``provenance``: the commits of the runs and of the
-    pinned file (provenance.py), placed before the tables."""
+    pinned file (provenance.py), placed before the tables; ``figures``: the paper's figures of curves
+    (paper_figures.py), after the tables."""
     paper = suite.paper
     assert paper is not None, "a paper report needs a suite with a paper"
     d = paper.definition
@@ -124,7 +139,9 @@ def paper_markdown(suite: Suite, runs: dict[RunKey, RunRecord], summary: dict[st
         parts += [f"## {table.title}", _measures_line(table.measures, table_statistics)]
         for column in cols:
             rows = []
-            for method in suite.params.methods:
+            for method in table_rows(suite, column):
+                if method not in d.methods and not any((method, column.key, m) in cells for m in table.measures):
+                    continue  # an extra row without these statistics (e.g. FedAvg's global model only)
                 row = [d.label(method)]
                 for m, measure in table.measures.items():
                     mean, spread = cells.get((method, column.key, m), (None, None))
@@ -141,17 +158,21 @@ def paper_markdown(suite: Suite, runs: dict[RunKey, RunRecord], summary: dict[st
                                                                    " " + MARKS[band.grade(checked.delta)]))
                 ranks = [f"{ours.rank(method, column, m) or '—'} ("
                          + "/".join(str(printed.rank(method, printed.column(key), m) or "—")
-                                    for key in column.stands_for) + ")" for m in table.measures]
+                                    for key in column.stands_for) + ")"
+                         for m, measure in table.measures.items() if measure.ranked]
                 rows.append(row + ranks)
             header = ["method"]
             for measure in table.measures.values():
                 header += [f"{measure.label} ours", "pinned", "paper"] + (["Δ"] if ours.by_value else [])
-            header += [f"rank {measure.label} (paper)" for measure in table.measures.values()]
+            header += [f"rank {measure.label} (paper)" for measure in table.measures.values() if measure.ranked]
             parts.append(f"### {column.label}")
             if column.statistics != table_statistics:
                 parts.append(_measures_line(table.measures, column.statistics))
             parts.append(markdown_table(header, rows))
 
+    for name, figure, image, rows in figures or []:
+        parts += [f"## {figure.title}", *([figure.caption] if figure.caption else []), f"![{name}]({image})",
+                  markdown_table(["column", "method", f"final {X_LABELS[figure.x]}", f"final {figure.metric}"], rows)]
     parts += [_section(s) for s in paper.sections(suite, ours)]
     if band is not None:
         parts += [acceptance_section(d, ours, list(bands.values()))]
@@ -217,7 +238,11 @@ def ranking_section(paper: Paper, ours: Results, printed: Results) -> str:
     focus = d.proposed
     rows, mine, theirs = [], [], []
     for column in ours.columns:
+        if focus not in d.table_methods(column.table):
+            continue
         for m, measure in d.tables[column.table].measures.items():
+            if not measure.ranked:
+                continue
             rank = ours.rank(focus, column, m)
             printed_ranks = [r for key in column.stands_for if (r := printed.rank(focus, printed.column(key), m))]
             mine += [rank] if rank else []

@@ -2,7 +2,7 @@
 
 Writes to ``reports/<suite>/``:
 
-- ``summary.md`` / ``summary.csv``: method x setting; for global and local accuracy the final-round
+- ``summary.md`` / ``summary.csv``: method x setting; for global, local and client accuracy the final-round
   value, the mean of the last 5 rounds and (secondary, optimistic: it selects on the test set) the best
   over rounds (the statistics ``final_``, ``last5_``, ``max_<metric>`` of bench/suites/statistics.py,
   computed from the runs' records), each as mean ± sample std over seeds; and the mean wall time per round
@@ -17,7 +17,8 @@ Writes to ``reports/<suite>/``:
 - ``figures/curves_<setting>.png``: mean over seeds with a min-max band, global and local accuracy panels;
   each method has its own colour (and line style), the legend is outside the axes.
 - ``figures/partition_<setting>.png``: each setting's partition figure.
-- ``paper.md`` (a suite with a paper): the paper's tables, sections and claims (paper_report.py).
+- ``paper.md`` (a suite with a paper): the paper's tables, sections and claims (paper_report.py), and its
+  figures of curves, ``figures/paper_<figure>.png`` (paper_figures.py).
 
 ``summary.md`` and ``paper.md`` name the git commit(s) and code hash of their runs and the commit of the
 pinned file they show, and say so where those differ or the runs came from uncommitted code (provenance.py).
@@ -31,6 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from bench.fileio import atomic_write, write_json, write_text
+from bench.report.paper_figures import paper_figures
 from bench.report.paper_report import markdown_table, paper_markdown
 from bench.report.pinned import PinnedFile, default_pinned_path, load_pinned
 from bench.report.provenance import pinned_display_name, provenance_markdown
@@ -41,9 +43,11 @@ from bench.suites.statistics import Statistic, mean_std
 STATISTICS = {"final": "final", "last5": "last5", "best": "max"}  # report name -> statistic's rounds
 LABELS = {"final": "final", "last5": "last-5", "best": "best†"}
 METRIC_TITLES = {"global_acc": "Global accuracy (global model, global test set)",
-                 "local_acc": "Local accuracy (each client's model on its local test split, averaged)"}
+                 "local_acc": "Local accuracy (each client's model on its local test split, averaged)",
+                 "client_global_acc": "Client accuracy (each client's model on the global test set, averaged)"}
 REFERENCE = "fedavg"  # per-round times are reported as ratios to this algorithm
-METRICS = ("final_global_acc", "last5_global_acc", "final_local_acc", "last5_local_acc")  # metrics/*.json
+METRICS = ("final_global_acc", "last5_global_acc", "final_local_acc", "last5_local_acc",  # metrics/*.json
+           "final_client_global_acc", "last5_client_global_acc")
 # One colour per method, in suite order: tab10, black, then tab20's light shades (21 colours); methods
 # past the first 10 are also dashed, so no two share colour and line style. .dvc/plots/fkd_methods.json
 # (dvc plots show) uses the same colours in the same order.
@@ -82,7 +86,7 @@ def summarize(suite: Suite, runs: dict[tuple[str, str, int], RunRecord]) -> dict
     """``{method: {setting: cell_stats}}`` (over the finished seeds, counting the diverged ones) plus
     ``time_vs_fedavg`` where the suite has FedAvg."""
     p = suite.params
-    keys = [(m, s, seed) for m in p.methods for s in p.settings for seed in p.suite.seeds]
+    keys = [(m, s, seed) for m in p.methods for s in suite.settings_of(m) for seed in p.suite.seeds]
     diverged = diverged_runs(suite, [k for k in keys if k not in runs])
     table = {m: {s: cell_stats([runs[m, s, seed] for seed in p.suite.seeds if (m, s, seed) in runs],
                                sum((m, s, seed) in diverged for seed in p.suite.seeds)) for s in p.settings}
@@ -162,18 +166,24 @@ def metrics_files(table: dict[str, dict[str, dict]]) -> dict[str, dict[str, floa
 
 def setting_curves(suite: Suite, runs: dict[tuple[str, str, int], RunRecord],
                    setting: str) -> tuple[np.ndarray, dict[tuple[str, str], np.ndarray]]:
-    """Rounds and, per (method, metric), a (seeds x rounds) array (NaN where not evaluated)."""
-    rounds: np.ndarray | None = None
-    out: dict[tuple[str, str], np.ndarray] = {}
+    """The rounds of any method's runs and, per (method, metric), a (seeds x rounds) array on them (NaN where
+    not evaluated: methods may run different numbers of rounds, e.g. FedAL's τ per method)."""
+    per_method: dict[tuple[str, str], tuple[np.ndarray, np.ndarray]] = {}
     for method in suite.params.methods:
         curves = [runs[key].curves() for seed in suite.params.suite.seeds if (key := (method, setting, seed)) in runs]
-        if not curves:  # every seed diverged
+        if not curves:  # every seed diverged, or the method does not run on this setting
             continue
         rounds = np.array(curves[0]["round"], dtype=int)
         for metric in ACC_METRICS:
             if all(metric in c for c in curves):
-                out[method, metric] = np.array([c[metric] for c in curves], dtype=float)
-    return (np.zeros(0, dtype=int) if rounds is None else rounds), out
+                per_method[method, metric] = rounds, np.array([c[metric] for c in curves], dtype=float)
+    every = np.array(sorted({int(r) for rounds, _ in per_method.values() for r in rounds}), dtype=int)
+    out: dict[tuple[str, str], np.ndarray] = {}
+    for key, (rounds, values) in per_method.items():
+        grid = np.full((len(values), len(every)), np.nan)
+        grid[:, np.searchsorted(every, rounds)] = values
+        out[key] = grid
+    return every, out
 
 
 def curves_csv(setting: str, rounds: np.ndarray, curves: dict[tuple[str, str], np.ndarray]) -> str:
@@ -259,11 +269,14 @@ def write_report(suite: Suite, out: Path | None = None) -> list[Path]:
         plot_curves(rounds, curves, f"{suite.name}: {setting}", out / "figures" / f"curves_{setting}.png")
         written.append(out / "figures" / f"curves_{setting}.png")
     written += partition_figures(suite, out / "figures")
+    figures = paper_figures(suite, runs, out / "figures", method_style)
+    written += [path for _, _, path, _ in figures]
     _remove_stale(out, written)
-    images = [str(p.relative_to(out)) for p in written if p.suffix == ".png"]
+    images = [str(p.relative_to(out)) for p in written if p.suffix == ".png" and not p.name.startswith("paper_")]
     written.append(write_text(out / "summary.md", summary_markdown(suite, table, runs, images, provenance)))
     if suite.paper is not None:
-        written.append(write_text(out / "paper.md", paper_markdown(suite, runs, table, pinned, provenance)))
+        written.append(write_text(out / "paper.md", paper_markdown(suite, runs, table, pinned, provenance, [
+            (name, figure, str(path.relative_to(out)), rows) for name, figure, path, rows in figures])))
     return written
 
 
@@ -273,7 +286,8 @@ def _remove_stale(out: Path, written: list[Path]) -> None:
     versions (``dvc repro`` deletes a stage's outputs first; ``bench suite report`` by hand does not)."""
     keep = {p.resolve() for p in written}
     stale = [*(out / "metrics").rglob("*.json"), *(out / "plots").glob("*.csv"), out / "metrics.json",
-             *(out / "figures").glob("curves_*.png"), *(out / "figures").glob("partition_*.png")]
+             *(out / "figures").glob("curves_*.png"), *(out / "figures").glob("partition_*.png"),
+             *(out / "figures").glob("paper_*.png")]
     for path in stale:
         if path.is_file() and path.resolve() not in keep:
             path.unlink()

@@ -51,7 +51,7 @@ def pinned_values(pinned: PinnedFile, method: str, statistic: Statistic) -> Valu
 
 def run_values(suite: Suite, method: str, statistic: Statistic) -> Values:
     """The method's values of ``statistic`` from the suite's run records; a clear error when some are missing."""
-    keys: list[RunKey] = [(method, s, seed) for s in suite.params.settings for seed in suite.params.suite.seeds]
+    keys: list[RunKey] = [(method, s, seed) for s in suite.settings_of(method) for seed in suite.params.suite.seeds]
     found, problems = find_runs(suite, keys)
     if problems:
         raise BenchError(f"{len(problems)} run(s) of {method} missing ({next(iter(problems.values()))}); fetch "
@@ -73,7 +73,10 @@ def has_statistic(suite: Suite, pinned: PinnedFile | None, method: str, statisti
     or in the records of its first run."""
     if pinned is not None:
         return any(statistic.name in e.values for c in pinned.values.get(method, {}).values() for e in c.seeds.values())
-    record = read_run(suite.run_dir(method, next(iter(suite.params.settings)), suite.params.suite.seeds[0]))
+    settings = suite.settings_of(method)
+    if not settings:
+        return False
+    record = read_run(suite.run_dir(method, settings[0], suite.params.suite.seeds[0]))
     return not isinstance(record, str) and statistic.metric in record.records.values
 
 

@@ -1,5 +1,6 @@
 """The federation loop: build clients and server, run rounds, evaluate on schedule, record every
-per-client value, checkpoint, resume."""
+per-client value and every round's communication (``upload_bytes``, ``download_bytes``: the bytes
+the round's messages took, summed over its clients; :mod:`bench.engine.ledger`), checkpoint, resume."""
 from __future__ import annotations
 
 import math
@@ -275,10 +276,12 @@ def run_federation(config: ExperimentConfig, data_dir: str | Path | None = None,
     for t in range(start_round, config.training.rounds + 1):
         tick = time.perf_counter()
         selected = [clients[c] for c in sample_clients(config, t)]
+        ctx.ledger.take()  # the round's communication starts at zero
         row: dict[str, float] = {"round": t, **algorithm.run_round(t, server, selected)}
         check_parameters(t, server, selected)
         timing["train_time_s"] += time.perf_counter() - tick
         records += [(t, k, None, float(v)) for k, v in row.items() if k != "round"]
+        records += [(t, k, None, v) for k, v in ctx.ledger.take().items()]  # bytes up and down (records only)
         if t in eval_at:
             tick = time.perf_counter()
             values, evaluated = evaluate(ctx, algorithm, server, clients, evaluations, test_x, test_y, t)

@@ -4,19 +4,23 @@ A suite is described by a params file (the root ``params.yaml`` for the default 
 ``pipelines/<paper>/params.yaml`` for a paper) with this shape::
 
     suite:    {name, seeds, jobs, executor: serial|processes|ray, ray: {address, cpus_per_run, gpus_per_run,
-               max_retries}, paper: <optional: a paper of PAPERS whose tables this suite makes>,
+               max_retries}, checkpoint_every: <rounds, default 1>,
+               paper: <optional: a paper of PAPERS whose tables this suite makes>,
                statistics: [<statistic name>, ...],   # pinned and compared (default: DEFAULT_STATISTICS)
                base: <experiment config shared by every run>}
-    settings: {<setting>: <config overlay: partition, dataset, model, budget, ...>, ...}   # columns
+    settings: {<setting>: <config overlay: partition, dataset, model, budget, ...; optional `methods:`
+               [<the methods run on this setting>, ...], default every method>, ...}      # columns
     methods:  {<method>: {name: <algorithm, default: the key>, <hyperparameters>...,        # rows
                           config: <optional: overlay of any config section, e.g. {training: {local_steps: 5}}>,
                           needs: <optional: [<method whose run this one needs>, ...]>}, ...}
     profile:  <optional: the name of one entry of `profiles`>
-    figures:  {<figure>: <config overlay of a partition to draw>, ...}              # optional
+    figures:  {<figure>: <config overlay of a partition to draw; `plot: heatmap|bubbles`>, ...}   # optional
     profiles: {<profile>: {suite: <deep-merged>, settings/methods/figures: <replace>}}
 
-A run is ``(method, setting, seed)``; its config is ``base`` deep-merged with the setting's overlay
-and the method's ``config`` overlay, then the method's algorithm section and the seed. ``budget``
+A run is ``(method, setting, seed)`` for every method the setting runs (its ``methods``, default all: a
+paper whose tables give each column some of the rows); its config is ``base`` deep-merged with the setting's overlay
+and the method's ``config`` overlay, then the method's algorithm section and the seed;
+``evaluation.every_iterations: I`` evaluates every I / training.local_steps rounds. ``budget``
 (in ``base``, a setting or a method's ``config``; the last one given wins) sets the training
 length: ``{rounds: R}``, or ``{iterations: I}`` for R = I / training.local_steps (FedAL's
 iteration budgets with per-method τ, specs/fedal.md A11, A15). With a profile the suite is named
@@ -41,11 +45,11 @@ from bench.config import ExperimentConfig, apply_overrides, describe_validation,
 from bench.experiment import build_config
 from bench.runner.executor import RunRequest
 from bench.errors import BenchError
-from bench.suites import fedhkd
+from bench.suites import fedal, fedhkd
 from bench.suites.paper import Paper
 from bench.suites.statistics import Statistic
 
-PAPERS: dict[str, Paper] = {paper.definition.name: paper for paper in (fedhkd.PAPER,)}
+PAPERS: dict[str, Paper] = {paper.definition.name: paper for paper in (fedhkd.PAPER, fedal.PAPER)}
 DEFAULT_STATISTICS = ("final_global_acc", "last5_global_acc", "final_local_acc", "last5_local_acc")
 
 
@@ -70,6 +74,9 @@ class SuiteSection(BaseModel):
     statistics: list[Statistic] = Field(
         default_factory=lambda: [Statistic.model_validate(s) for s in DEFAULT_STATISTICS],
         description="pinned and compared for every run; the paper's cells add theirs")
+    checkpoint_every: int = Field(1, ge=0, description=(
+        "each run writes its checkpoint every this many rounds (0: never); runs of thousands of short rounds "
+        "spend more time pickling their state than training at 1. Results never depend on it"))
     base: dict[str, Any] = Field(default_factory=dict)
 
 
@@ -93,11 +100,15 @@ class Method(BaseModel):
 
 
 class Budget(BaseModel):
-    """The training length: rounds, or iterations (rounds × training.local_steps, specs/fedal.md A11)."""
+    """The training length: rounds, or iterations (rounds × training.local_steps, specs/fedal.md A11);
+    ``rounding: down`` takes the whole rounds within the iterations where τ does not divide them (FedAL's
+    FedDF-AL, τ = 15, at 5000 iterations: 333 rounds)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     rounds: int | None = Field(None, ge=1)
     iterations: int | None = Field(None, ge=1)
+    rounding: Literal["exact", "down"] = Field("exact", description="iterations not a multiple of local_steps: "
+                                                                     "an error (exact) or the rounds that fit (down)")
 
     @model_validator(mode="after")
     def _one(self) -> Budget:
@@ -112,6 +123,8 @@ class Budget(BaseModel):
         if local_steps is None:
             raise BenchError(f"budget.iterations={self.iterations} needs training.local_steps (iterations per "
                              "round); set it, or give budget.rounds")
+        if self.iterations % local_steps and self.rounding == "down" and self.iterations >= local_steps:
+            return self.iterations // local_steps
         if self.iterations % local_steps:
             raise BenchError(f"budget.iterations={self.iterations} is not a multiple of training.local_steps="
                              f"{local_steps}; change one so that rounds = iterations / local_steps is whole")
@@ -153,11 +166,24 @@ class Suite:
         p = self.params
         if p.suite.paper is not None and p.suite.paper not in PAPERS:
             raise BenchError(f"suite {self.name}: paper {p.suite.paper!r} is not one of: {', '.join(PAPERS)}")
+        for setting, overlay in p.settings.items():
+            if unknown := [m for m in overlay.get("methods") or () if m not in p.methods]:
+                raise BenchError(f"suite {self.name}: setting {setting} names methods {unknown} that the suite does "
+                                 f"not have (methods: {', '.join(p.methods)})")
         for method in p.methods:
             for needed in self.dependencies(method):
                 if needed not in p.methods:
                     raise BenchError(f"suite {self.name}: method {method} needs the runs of {needed!r} (`needs`, or "
                                      f"a statistic comparing with it), which is not a method; add it to methods")
+
+    def runs_on(self, method: str, setting: str) -> bool:
+        """Whether the suite runs ``method`` on ``setting``: the setting's ``methods``, default every method."""
+        chosen = self.params.settings[setting].get("methods")
+        return chosen is None or method in chosen
+
+    def settings_of(self, method: str) -> list[str]:
+        """The settings ``method`` runs on, in the suite's order."""
+        return [s for s in self.params.settings if self.runs_on(method, s)]
 
     @property
     def paper(self) -> Paper | None:
@@ -207,9 +233,17 @@ class Suite:
         raw["name"] = f"{self.name}-{method}-{setting}"
         raw.setdefault("tracking", {})["experiment"] = f"suite-{self.name}"
         try:
+            training = raw.setdefault("training", {})
             if budget is not None:
-                training = raw.setdefault("training", {})
                 training["rounds"] = _budget(budget).to_rounds(training.get("local_steps"))
+            evaluation = raw.get("evaluation") or {}
+            if "every_iterations" in evaluation:  # evaluate every I iterations: every I / τ rounds (at least 1)
+                every = evaluation.pop("every_iterations")
+                steps = training.get("local_steps")
+                if steps is None:
+                    raise BenchError(f"evaluation.every_iterations={every} needs training.local_steps (iterations per "
+                                     "round); set it, or give evaluation.every in rounds")
+                evaluation["every"] = max(1, int(every) // int(steps))
             return build_config(raw)
         except BenchError as exc:
             raise BenchError(f"suite {self.name}, method {method}, setting {setting}: {exc}") from None
@@ -217,21 +251,31 @@ class Suite:
     def requests(self, method: str, data_dir: Path | None = None) -> list[RunRequest]:
         return [RunRequest(self.config(method, setting, seed), self.run_dir(method, setting, seed), data_dir,
                            self.partition_dir(setting) if (self.partition_dir(setting) / "partition.json").exists()
-                           else None)
-                for setting in self.params.settings for seed in self.params.suite.seeds]
+                           else None, self.params.suite.checkpoint_every)
+                for setting in self.settings_of(method) for seed in self.params.suite.seeds]
 
     def figure_config(self, figure: str) -> ExperimentConfig:
         """The config whose dataset and partition make one of the paper's partition figures."""
-        raw, _ = _merge([self.params.suite.base, self.params.figures[figure]])
+        raw, _ = _merge([self.params.suite.base, {k: v for k, v in self.params.figures[figure].items() if k != "plot"}])
         raw.pop("public", None)  # a figure draws the partition only
+        raw.pop("evaluation", None)
         try:
             return build_config(raw)
         except BenchError as exc:
             raise BenchError(f"suite {self.name}, figure {figure}: {exc}") from None
 
+    def figure_plot(self, figure: str) -> str:
+        """How a partition figure is drawn: ``heatmap`` (client x class counts, FedHKD Figs. 1-3; default) or
+        ``bubbles`` (FedAL Fig. 4)."""
+        plot = self.params.figures[figure].get("plot", "heatmap")
+        if plot not in ("heatmap", "bubbles"):
+            raise BenchError(f"suite {self.name}, figure {figure}: plot {plot!r} is not heatmap or bubbles")
+        return plot
+
     def partition_config(self, setting: str) -> ExperimentConfig:
-        """The config whose dataset and partition make this setting's partition (any method will do)."""
-        return self.config(next(iter(self.params.methods)), setting, self.params.suite.seeds[0])
+        """The config whose dataset and partition make this setting's partition (any method run there will do)."""
+        method = next((m for m in self.params.methods if self.runs_on(m, setting)), next(iter(self.params.methods)))
+        return self.config(method, setting, self.params.suite.seeds[0])
 
     @property
     def methods(self) -> list[str]:
@@ -272,10 +316,11 @@ def load_suite(params_file: str | Path, root: str | Path | None = None,
 
 
 def _merge(layers: list[dict[str, Any]]) -> tuple[dict[str, Any], Any]:
-    """The layers deep-merged in order without their ``budget``, and the last budget given (or None)."""
+    """The layers deep-merged in order without their ``budget`` (and a setting's ``methods``), and the last
+    budget given (or None)."""
     raw: dict[str, Any] = {}
     for layer in layers:
-        raw = deep_merge(raw, {k: v for k, v in layer.items() if k != "budget"})
+        raw = deep_merge(raw, {k: v for k, v in layer.items() if k not in ("budget", "methods")})
     return raw, next((layer["budget"] for layer in reversed(layers) if "budget" in layer), None)
 
 

@@ -53,6 +53,7 @@ class Measure(_Strict):
     spread: Literal["std", "max_abs_dev"] = Field("std", description="over seeds, as the paper reports it")
     scale: float = Field(1.0, gt=0, description="printed value = ours × scale (100 for a paper printing %)")
     digits: int = Field(4, ge=0, description="decimals shown")
+    ranked: bool = Field(True, description="methods are ranked on it (false: a spread, e.g. FedAL's ± over clients)")
 
 
 class Column(_Strict):
@@ -137,6 +138,28 @@ class ReportColumn:
         return self.stands_for == (self.key,)
 
 
+class Figure(_Strict):
+    """A figure of curves the report draws from the runs' records: one panel per paper column of
+    ``panels`` (our column standing for it; panels that map to one of ours are drawn once), one line per
+    method of ``methods`` that runs there, the mean over seeds of ``metric`` (``metric_for``: another
+    metric for some methods, e.g. FedAvg's global model) against ``x``:
+
+    * ``rounds``; ``iterations`` = rounds × ``training.local_steps`` (specs/fedal.md A11);
+    * ``upload_mb``: the cumulative upstream volume per client (the ``upload_bytes`` records over the
+      round's clients), in MB;
+    * ``modelled_time``: the measured training time per round × rounds + the cumulative volume up and
+      down per client over a link of ``bandwidth_mbps`` (specs/fedal.md R10)."""
+
+    title: str
+    caption: str = ""
+    panels: list[str] = Field(min_length=1, description="paper column keys, one panel each")
+    methods: list[str] = Field(min_length=1)
+    metric: str = "client_global_acc"
+    metric_for: dict[str, str] = Field(default_factory=dict, description="method -> the metric drawn for it")
+    x: Literal["rounds", "iterations", "upload_mb", "modelled_time"] = "iterations"
+    bandwidth_mbps: float = Field(20.0, gt=0, description="modelled_time: the assumed link, Mbit/s")
+
+
 class PaperDefinition(_Strict):
     """A paper's tables (module docstring); ``methods`` are the rows of its tables, in order."""
 
@@ -152,6 +175,7 @@ class PaperDefinition(_Strict):
     low_confidence: list[tuple[str, str, str]] = Field(default_factory=list, description=(
         "(method, column, measure) cells whose printed value the spec doubts"))
     acceptance: Acceptance | None = None
+    figures: dict[str, Figure] = Field(default_factory=dict, description="curves drawn from the records")
     _values: dict[CellKey, float | None] = PrivateAttr(default_factory=dict)
     _extra: dict[tuple[str, str | None, str], float | None] = PrivateAttr(default_factory=dict)
 
@@ -184,6 +208,11 @@ class PaperDefinition(_Strict):
                                  f"columns of one table ({analogue.stands_for})")
             for measure in self.tables[owner[analogue.stands_for[0]]].measures.values():
                 _override(measure.statistic, analogue.statistic)
+        for key, figure in self.figures.items():
+            if unknown := [c for c in figure.panels if c not in owner]:
+                raise ValueError(f"figures.{key}.panels: {unknown} are not columns of the tables")
+            if unknown := [m for m in figure.methods if m not in self.methods and m not in self.labels]:
+                raise ValueError(f"figures.{key}.methods: {unknown} are neither methods nor labelled extras")
         for cell in self.low_confidence:
             if cell not in self._values:
                 raise ValueError(f"low_confidence: {list(cell)} is not a printed (method, column, measure)")
@@ -222,6 +251,12 @@ class PaperDefinition(_Strict):
 
     def label(self, method: str) -> str:
         return self.methods.get(method) or self.labels.get(method, method)
+
+    def table_methods(self, table: str) -> list[str]:
+        """The methods the paper prints in ``table`` (its rows), in the order of ``methods``: ranks in a
+        column are among these."""
+        rows = {m for block in self.tables[table].printed for m in block.rows}
+        return [m for m in self.methods if m in rows]
 
     def value(self, method: str, column: str, measure: str) -> float | None:
         """The printed value of a cell (None: not printed)."""
@@ -304,13 +339,15 @@ class Results:
         return sum(values) / len(values) if values else None
 
     def rank(self, method: str, column: ReportColumn | None, measure: str) -> int | None:
-        """1 + the number of the paper's methods (its rows) strictly better in this cell; None for a
-        method that is not one of them (unranked) or has no value here."""
+        """1 + the number of the table's methods (the rows the paper prints in it) strictly better in this
+        cell; None for a method that is not one of them (unranked) or has no value here."""
         mine = self.value(method, column, measure)
-        if column is None or mine is None or method not in self.paper.methods:
+        rows = self.paper.table_methods(column.table) if column is not None else []
+        if column is None or mine is None or method not in rows or not self.paper.tables[column.table].measures[
+                measure].ranked:
             return None
         higher = self.paper.tables[column.table].measures[measure].statistic.higher_is_better
-        others = [v for m in self.paper.methods if (v := self.value(m, column, measure)) is not None]
+        others = [v for m in rows if (v := self.value(m, column, measure)) is not None]
         return 1 + sum((v > mine) if higher else (v < mine) for v in others)
 
 

@@ -6,11 +6,12 @@ values of the clients (client-id order) to one value (``clients``), then the rou
 
     <rounds>_[<clients>_]<metric>
     rounds:  final | last<k> | max | reach<target>
-    clients: clientmax | clientmin | cf(<method>)      (omitted: the mean over clients)
+    clients: clientmax | clientmin | clientstd | cf(<method>)      (omitted: the mean over clients)
 
 e.g. ``final_global_acc``, ``last5_local_acc`` (mean over clients, then over the last 5 rounds),
 ``final_clientmax_local_acc`` (FedAKD's Max Client Accuracy), ``last3_cf(standalone)_local_acc``
-(FedAKD's CF coefficient, specs/fedakd.md §3.2), ``reach0.85_global_acc`` (DaFKD's rounds to 85%,
+(FedAKD's CF coefficient, specs/fedakd.md §3.2), ``final_clientstd_client_global_acc`` (the spread over
+clients, population std: FedAL's "±" read as dispersion over clients, specs/fedal.md A14), ``reach0.85_global_acc`` (DaFKD's rounds to 85%,
 specs/dafkd.md §3.6). ``max`` over rounds selects on the test set: it is secondary (optimistic).
 A run-level metric (no client column) takes no client reduction.
 
@@ -35,7 +36,7 @@ from bench.errors import BenchError
 
 RECORDS_HEADER = ["round", "metric", "client", "value"]
 NAME = re.compile(r"(?:(?P<rounds>final|max)|last(?P<k>\d+)|reach(?P<target>\d+(?:\.\d+)?(?:e-\d+)?))_"
-                  r"(?:client(?P<clients>max|min)_|cf\((?P<reference>[\w.-]+)\)_)?(?P<metric>\w+)")
+                  r"(?:client(?P<clients>max|min|std)_|cf\((?P<reference>[\w.-]+)\)_)?(?P<metric>\w+)")
 
 Series = dict[int, float]  # round -> value, in round order
 
@@ -77,10 +78,11 @@ def cf(standalone: Sequence[float], federated: Sequence[float]) -> float:
     return float(100 * pearsonr(x, y).statistic)
 
 
-def reduce_clients(values: Sequence[float], how: Literal["mean", "max", "min"]) -> float:
-    """One round's per-client values (client-id order) to one; ``mean`` is numpy's, as the runner's."""
+def reduce_clients(values: Sequence[float], how: Literal["mean", "max", "min", "std"]) -> float:
+    """One round's per-client values (client-id order) to one; ``mean`` is numpy's, as the runner's; ``std``
+    the population standard deviation over the clients (numpy's, ddof 0)."""
     array = np.asarray(values, dtype=float)
-    return float({"mean": np.mean, "max": np.max, "min": np.min}[how](array))
+    return float({"mean": np.mean, "max": np.max, "min": np.min, "std": np.std}[how](array))
 
 
 def mean_std(values: Sequence[float]) -> tuple[float, float | None]:
@@ -143,7 +145,7 @@ class Records:
         """Client id -> value at ``round_`` (client-id order); a run-level metric has none."""
         return dict(sorted((c, v) for c, v in self.values[metric][round_].items() if c is not None))
 
-    def series(self, metric: str, how: Literal["mean", "max", "min"] = "mean") -> Series:
+    def series(self, metric: str, how: Literal["mean", "max", "min", "std"] = "mean") -> Series:
         """Per evaluated round, the run-level value or the clients' values reduced by ``how``."""
         out: Series = {}
         for round_, by_client in sorted(self.values[metric].items()):
@@ -180,7 +182,7 @@ class Statistic(BaseModel):
     rounds: Literal["final", "last", "max", "reach"] = "final"
     k: int | None = Field(None, ge=1, description="rounds: last")
     target: float | None = Field(None, description="rounds: reach")
-    clients: Literal["mean", "max", "min", "cf"] = "mean"
+    clients: Literal["mean", "max", "min", "std", "cf"] = "mean"
     reference: str | None = Field(None, description="clients: cf — the method whose run gives Acc_s")
 
     @model_validator(mode="before")
@@ -191,7 +193,7 @@ class Statistic(BaseModel):
         match = NAME.fullmatch(data)
         if match is None:
             raise ValueError(f"{data!r} is not a statistic name (<final|last<k>|max|reach<target>>_"
-                             "[<clientmax|clientmin|cf(<method>)>_]<metric>)")
+                             "[<clientmax|clientmin|clientstd|cf(<method>)>_]<metric>)")
         rounds = match["rounds"] or ("last" if match["k"] else "reach")
         clients = "cf" if match["reference"] else match["clients"] or "mean"
         return {"metric": match["metric"], "rounds": rounds, "k": match["k"], "target": match["target"],

@@ -1,0 +1,179 @@
+"""FCCL — Huang, Ye, Du, "Learn from others and be yourself in heterogeneous federated learning",
+CVPR 2022, as the FedAL paper compares with it (specs/fedal.md §3.2.4; the official code
+WenkeHuang/FCCL, ``fccl+/models/fccl.py`` and ``utils/training.py``, read for the details).
+
+* **Intra-domain pre-training** (once, at a client's first round): the client's model trains on its
+  private data alone for ``pretrain_epochs`` = 50 epochs, Adam (``pretrain_lr`` 1e-3) with the learning
+  rate cosine-annealed per epoch to 1e-6, capped at ``pretrain_steps`` steps (None: the run's local budget,
+  rounds × τ: the spec's "min(50 epochs, the equivalent of the run's local budget)"). The client starts
+  from it; a frozen copy is θ^intra, and another is θ^inter (the official ``ini``).
+* **Collaborative update** on public data, first in each round (the official order ``col_update`` then
+  ``loc_update``): per lockstep public batch, each client uploads its logits Z_n (B × K), the server
+  returns their mean Z̄ over **all** clients, and the client minimises the cross-correlation loss
+
+      M = Ẑ_nᵀ Ẑ̄ / B,   Ẑ = (Z − mean₀ Z) / std₀ Z (along the batch, unbiased std as torch's),
+      L_col = Σ_u (M_uu − 1)² + λ_col Σ_{u≠v} (M_uv + 1)²,   λ_col = 0.0051
+
+  (off-diagonal entries pushed towards −1, as the official code does). ``public_optimizer: fresh``
+  (official) takes each step with a freshly created Adam at ``public_lr`` 1e-3 (no state carried from
+  one public batch to the next); ``client`` uses the client's own optimiser.
+* **Local update**: τ steps of CE + 𝒦(ψ(f^inter(x)) ‖ ψ(f_n(x))) + 𝒦(ψ(f^intra(x)) ‖ ψ(f_n(x))) (unit
+  weights, temperature 1, batch-mean KL); θ^inter is then refreshed from the model (``copy_nets2_prevnets``).
+  The official local optimiser is Adam 1e-3 with weight decay 1e-5 (the suite's method config sets it).
+
+Readings: τ = 1 alternation with batch 32, like FedMD (§3.2.4 [ASSUMPTION]); the frozen teachers run in
+``teacher_mode: train`` as in the official code (deep copies of train-mode networks, never put in eval
+mode; ``eval`` uses their running statistics). Not reproduced: the official linear decay of both
+learning rates by (1 − 0.9·round/R), and its one public epoch per round (here τ batches).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+import torch.nn.functional as F
+from pydantic import Field
+from torch import nn
+
+from bench.algorithms import register_algorithm
+from bench.algorithms.fedal import lf_loss
+from bench.algorithms.knowledge_transfer import (KnowledgeTransfer, PublicOutputs, Served, TransferParams,
+                                                 stacked_logits)
+from bench.engine.loop import Loop, Step
+from bench.engine.snapshots import refresh_snapshot
+from bench.engine.state import Client, NoState, Server
+from bench.engine.streams import epoch_batches
+
+
+class CollaborativeParams(TransferParams):
+    """What FCCL and FCCL+ share: the collaborative update on public data and the frozen teachers."""
+
+    off_diagonal_weight: float = Field(0.0051, ge=0, description="λ_col, weight of the off-diagonal terms")
+    public_optimizer: Literal["fresh", "client"] = Field("fresh", description="a new Adam per public batch "
+                                                                                "(official) or the client's own")
+    public_lr: float = Field(1e-3, gt=0, description="learning rate of the fresh public-step Adam")
+    teacher_mode: Literal["train", "eval"] = Field("train", description="BatchNorm mode of the frozen teachers")
+
+
+class FCCLParams(CollaborativeParams):
+    pretrain_epochs: int = Field(50, ge=0, description="intra-domain pre-training epochs (0: none)")
+    pretrain_steps: int | None = Field(None, ge=1, description="cap on pre-training steps; None: rounds × τ")
+    pretrain_lr: float = Field(1e-3, gt=0)
+    pretrain_min_lr: float = Field(1e-6, ge=0, description="the cosine schedule's floor")
+
+
+def standardize(z: torch.Tensor) -> torch.Tensor:
+    """(Z − mean₀ Z) / std₀ Z along the batch dimension (unbiased std, as ``Tensor.std``)."""
+    return (z - z.mean(0)) / z.std(0)
+
+
+def cross_correlation_loss(logits: torch.Tensor, target: torch.Tensor, off_diagonal_weight: float) -> torch.Tensor:
+    """FCCL's L_col: M = Ẑ_nᵀ Ẑ̄ / B, Σ_u (M_uu − 1)² + λ Σ_{u≠v} (M_uv + 1)²."""
+    m = standardize(logits).T @ standardize(target) / len(logits)
+    eye = torch.eye(m.shape[0], dtype=torch.bool, device=m.device)
+    return (m[eye] - 1).pow(2).sum() + off_diagonal_weight * (m[~eye] + 1).pow(2).sum()
+
+
+def cosine_lr(epoch: int, epochs: int, lr: float, min_lr: float) -> float:
+    """The learning rate of ``epoch`` (0-based) of ``epochs``: min_lr + ½(lr − min_lr)(1 + cos(π·epoch/epochs))."""
+    return min_lr + 0.5 * (lr - min_lr) * (1 + math.cos(math.pi * epoch / epochs))
+
+
+class FreshAdam(torch.optim.Adam):
+    """Adam whose every step starts from empty state: a freshly created Adam per step (FCCL's public
+    update re-creates its optimiser for every batch)."""
+
+    def step(self, closure=None):  # type: ignore[no-untyped-def,override]
+        self.state.clear()
+        return super().step(closure)
+
+
+@dataclass
+class FCCLClient(NoState):
+    """θ^intra (frozen after pre-training; None before the client's first round) and θ^inter (the model
+    at the end of the previous local update)."""
+
+    intra: nn.Module | None = None
+    inter: nn.Module | None = None
+
+
+@dataclass
+class MeanLogits:
+    """The mean over all clients of their logits on the public batch (B × K)."""
+
+    logits: torch.Tensor
+
+
+@register_algorithm("fccl")
+class FCCL(KnowledgeTransfer[FCCLClient, NoState]):
+    Params = FCCLParams
+    params: FCCLParams
+    ClientState = FCCLClient
+    public_first = True
+
+    # -- pre-training ---------------------------------------------------------------------------
+
+    def prepare(self, round_index: int, server: Server[NoState], clients: list[Client[FCCLClient]]) -> None:
+        for client in clients:
+            if client.state.inter is None:
+                self.start(round_index, client)
+
+    def start(self, round_index: int, client: Client[FCCLClient]) -> None:
+        """The client's first round: pre-train its model (θ^intra) and take θ^inter from it."""
+        self.pretrain(round_index, client)
+        client.state.intra = refresh_snapshot(None, client.model, self.params.teacher_mode)
+        client.state.inter = refresh_snapshot(None, client.model, self.params.teacher_mode)
+
+    def pretrain(self, round_index: int, client: Client[FCCLClient]) -> None:
+        """``pretrain_epochs`` of CE on private data with a cosine-annealed fresh Adam, at most
+        ``pretrain_steps`` steps (stream ``("fccl-pretrain", cid)``)."""
+        p, train = self.params, self.ctx.config.training
+        cap = p.pretrain_steps or train.rounds * self.local_steps
+        optimizer = torch.optim.Adam(client.model.parameters(), lr=p.pretrain_lr)
+        loop = Loop(optimizer, list(client.model.parameters()), round_index, f"{client.cid} (pre-training)",
+                    guard=self.ctx.loss_guard)
+        rng = self.ctx.stream("fccl-pretrain", client.cid)
+        data, done = client.data, 0
+        client.model.train()
+        for epoch in range(p.pretrain_epochs):
+            if done >= cap:
+                break
+            for group in optimizer.param_groups:
+                group["lr"] = cosine_lr(epoch, p.pretrain_epochs, p.pretrain_lr, p.pretrain_min_lr)
+            batches = list(epoch_batches(data.num_samples, train.batch_size, train.drop_last, rng, self.ctx.device,
+                                         epochs=1))[:cap - done]
+            loop.run(batches, lambda step, idx: F.cross_entropy(client.model(data.x[idx])[1], data.y[idx]))
+            done += len(batches)
+
+    # -- collaborative update (public data) -----------------------------------------------------
+
+    def public_loop(self, client: Client[FCCLClient], round_index: int) -> Loop:
+        if self.params.public_optimizer == "client":
+            return super().public_loop(client, round_index)
+        client.model.train()
+        return Loop(FreshAdam(client.model.parameters(), lr=self.params.public_lr), list(client.model.parameters()),
+                    round_index, client.cid, guard=self.ctx.loss_guard)
+
+    def serve(self, round_index: int, server: Server[NoState], clients: list[Client[FCCLClient]], x: torch.Tensor,
+              uploads: list[object]) -> Served:
+        return [MeanLogits(stacked_logits(uploads).mean(0))] * len(clients), {}
+
+    def transfer_loss(self, step: Step, client: Client[FCCLClient], x: torch.Tensor, outputs: PublicOutputs,
+                      reply: object) -> torch.Tensor:
+        assert isinstance(reply, MeanLogits)
+        return cross_correlation_loss(outputs.logits, reply.logits, self.params.off_diagonal_weight)
+
+    # -- local update ---------------------------------------------------------------------------
+
+    def local_loss(self, step: Step, client: Client[FCCLClient], x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        assert client.state.inter is not None and client.state.intra is not None
+        _, logits = client.model(x)
+        with torch.no_grad():
+            inter, intra = client.state.inter(x)[1], client.state.intra(x)[1]
+        return F.cross_entropy(logits, y) + lf_loss(inter, logits, 1.0) + lf_loss(intra, logits, 1.0)
+
+    def after_local(self, round_index: int, clients: list[Client[FCCLClient]]) -> None:
+        for c in clients:  # copy_nets2_prevnets
+            c.state.inter = refresh_snapshot(c.state.inter, c.model, self.params.teacher_mode)

@@ -1,0 +1,237 @@
+"""FedAL (specs/fedal.md §2): each loss term against a hand computation, the split-gradient equivalence
+(§2.4 check 1), the reductions to FedMD-LF and FedMD (check 2), the communication it counts (check 3),
+lockstep public batches, the architecture draw, and resume with the discriminator and snapshots."""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+
+from bench.algorithms.fedal import (adversarial_gradients, adversarial_term, discriminator_loss, discriminator_round,
+                                    DiscriminatorState, kd_loss, lf_loss, payoffs, teacher_distribution)
+from bench.experiment import build_config
+from bench.models import assign_architectures, build_model
+from bench.runner.executor import RunRequest, run_experiment
+from bench.runner.federation import run_federation
+
+K = 10
+
+
+def fedal_config(**sections: Any):
+    """4 heterogeneous digits clients (CNN/MLP), a public set of 64 of their images, τ = 2, 3 rounds."""
+    raw: dict[str, Any] = {
+        "dataset": {"name": "digits"}, "model": {"name": "cnn", "candidates": ["cnn", "mlp"]},
+        "partition": {"scheme": "dirichlet", "alpha": 2.0, "mode": "per_client", "num_clients": 4,
+                      "local_test_fraction": 0.0},
+        "public": {"size": 64, "source": "overlap"},
+        "training": {"rounds": 3, "local_steps": 2, "local_epochs": None, "batch_size": 16, "drop_last": True,
+                     "optimizer": {"name": "adam", "lr": 0.001, "persistent": True}},
+        "evaluation": {"every": 1, "global_model": False, "local_models": False, "clients_on_global_test": True},
+        "algorithm": {"name": "fedal"}, "tracking": {"mlflow": False}}
+    for key, value in sections.items():
+        raw[key] = {**raw.get(key, {}), **value} if isinstance(value, dict) else value
+    return build_config(raw)
+
+
+class Identity(nn.Module):
+    """A stub discriminator whose client-index scores are its input: h(p) = p (K = N = 2)."""
+
+    def forward(self, p: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return p, p
+
+
+# -- the loss terms, by hand ---------------------------------------------------------------------------
+
+
+def test_kd_loss_is_kl_with_the_target_first() -> None:
+    """𝒦([½, ½] ‖ ψ([0, ln 3])) = ½ ln(½ / ¼) + ½ ln(½ / ¾) = ½ ln(4/3)."""
+    value = kd_loss(torch.tensor([[0.5, 0.5]]), torch.tensor([[0.0, math.log(3)]]), 1.0)
+    assert value.item() == pytest.approx(0.5 * math.log(4 / 3), abs=1e-6)
+
+
+def test_lf_term_is_kl_from_the_frozen_snapshot_at_its_temperature() -> None:
+    """r at E = 2: ψ([0, 2 ln 3] / 2) = [¼, ¾] against ψ([0, 0]) = [½, ½]: ¼ ln ½ + ¾ ln(3/2)."""
+    value = lf_loss(torch.tensor([[0.0, 2 * math.log(3)]]), torch.tensor([[0.0, 0.0]]), 2.0)
+    assert value.item() == pytest.approx(0.25 * math.log(0.5) + 0.75 * math.log(1.5), abs=1e-6)
+
+
+def test_teacher_is_the_others_mean_logits_then_softmax() -> None:
+    """f = [0, 0], [1, 0], [3, 0]: client 0's leave-one-out mean is [2, 0] (eq. 5) from what the server
+    sends, f̄ = [4/3, 0]; ``all`` is f̄ itself (Alg. 1 line 15); ``probabilities`` averages ψ(f_m)."""
+    f = torch.tensor([[[0.0, 0.0]], [[1.0, 0.0]], [[3.0, 0.0]]])
+    mean = f.mean(0)
+    others = teacher_distribution(mean, f[0], 3, "others", "logits", 1.0)
+    assert others[0, 0].item() == pytest.approx(math.exp(2) / (math.exp(2) + 1), abs=1e-6)
+    everyone = teacher_distribution(mean, f[0], 3, "all", "logits", 1.0)
+    assert everyone[0, 0].item() == pytest.approx(math.exp(4 / 3) / (math.exp(4 / 3) + 1), abs=1e-6)
+    p = torch.softmax(f, dim=2)
+    averaged = teacher_distribution(p.mean(0), p[0], 3, "others", "probabilities", 1.0)
+    assert torch.allclose(averaged, (p[1] + p[2]) / 2, atol=1e-7)
+
+
+def test_discriminator_objective_and_payoffs_by_hand() -> None:
+    """With h(p) = p, E = 1: client 0's ψ([0, 0]) = [½, ½] scores CE(0) = ln 2; client 1's ψ([ln 3, 0]) =
+    [¾, ¼] scores CE(1) = ln(1 + e^½). U_n = −CE (eq. 7); the discriminator's loss is −𝒰 = their mean (eq. 8)."""
+    logits = torch.tensor([[[0.0, 0.0]], [[math.log(3), 0.0]]])
+    targets = torch.tensor([0, 1])
+    u = payoffs(Identity(), logits, targets, 1.0)
+    assert u.tolist() == pytest.approx([-math.log(2), -math.log(1 + math.exp(0.5))], abs=1e-6)
+    loss = discriminator_loss(Identity(), logits, targets, 1.0)
+    assert loss.item() == pytest.approx(-u.mean().item(), abs=1e-6)
+
+
+def test_adversarial_gradient_by_hand() -> None:
+    """∂U_0/∂f_0 at f_0 = [0, 0], E = 1, h(p) = p: dU/dp = e_0 − ψ(p) = [½, −½], dp/df = diag(p) − ppᵀ =
+    [[¼, −¼], [−¼, ¼]], so ∂U/∂f = [¼, −¼]; client 1's gradient depends on its own logits only."""
+    logits = torch.tensor([[[0.0, 0.0]], [[math.log(3), 0.0]]])
+    gradients, values = adversarial_gradients(Identity(), logits, torch.tensor([0, 1]), 1.0)
+    assert gradients[0, 0].tolist() == pytest.approx([0.25, -0.25], abs=1e-6)
+    alone, _ = adversarial_gradients(Identity(), logits[1:], torch.tensor([1]), 1.0)
+    assert torch.equal(alone[0], gradients[1])
+    assert adversarial_term(torch.tensor([[2.0, 1.0]]), gradients[0]).item() == pytest.approx(0.25)
+
+
+def test_split_gradient_equals_the_end_to_end_gradient() -> None:
+    """§2.4 check 1: the client back-propagating the server's ∂U_n/∂f_n through its own model gives the
+    autograd gradient of U_n through model → ψ(·/2) → the (updated, frozen) discriminator (eq. 21)."""
+    torch.manual_seed(0)
+    models = [nn.Linear(6, K), nn.Sequential(nn.Linear(6, 8), nn.ReLU(), nn.Linear(8, K))]
+    x = torch.randn(5, 6)
+    discriminator = build_model("fedal_discriminator", (K,), 2, seed=3)
+    targets = torch.tensor([0, 1])
+    logits = torch.stack([m(x) for m in models])
+    gradients, _ = adversarial_gradients(discriminator, logits, targets, 2.0)
+    for n, model in enumerate(models):
+        split = torch.autograd.grad(adversarial_term(model(x), gradients[n]), list(model.parameters()))
+        z = torch.stack([m(x) if i == n else m(x).detach() for i, m in enumerate(models)])
+        direct = torch.autograd.grad(payoffs(discriminator, z, targets, 2.0)[n], list(model.parameters()))
+        for a, b in zip(split, direct):
+            assert torch.allclose(a, b, atol=1e-7, rtol=1e-5)
+    assert all(p.grad is None for p in discriminator.parameters())  # the server's gradient leaves w alone
+
+
+def test_discriminator_step_is_ascent_on_the_objective() -> None:
+    """Algorithm 1 line 13 with ``disc_optimizer: sgd``: w ← w + η_d ∇_w 𝒰; the gradient is then taken at
+    the updated w (line 16)."""
+    discriminator = build_model("fedal_discriminator", (K,), 3, seed=1)
+    before = [p.detach().clone() for p in discriminator.parameters()]
+    logits = torch.randn(3, 4, K, generator=torch.Generator().manual_seed(2))
+    targets = torch.tensor([0, 1, 2])
+    utility = payoffs(discriminator, logits, targets, 2.0).mean()
+    ascent = torch.autograd.grad(utility, list(discriminator.parameters()))
+    state = DiscriminatorState(discriminator, torch.optim.SGD(discriminator.parameters(), lr=0.5))
+    gradients, values, loss = discriminator_round(state, 1, logits, targets, 2.0)
+    assert loss == pytest.approx(-utility.item(), abs=1e-6)
+    for old, new, g in zip(before, discriminator.parameters(), ascent):
+        assert torch.allclose(new, old + 0.5 * g, atol=1e-6)
+    assert torch.allclose(values, payoffs(discriminator, logits, targets, 2.0), atol=1e-7)  # the updated w
+
+
+def test_discriminator_is_the_papers_mlp() -> None:
+    """K → 32 → 265 → N (A7), ReLU by default, LeakyReLU(0.2) as the alternative."""
+    model = build_model("fedal_discriminator", (10,), 20)
+    linears = [m for m in model.modules() if isinstance(m, nn.Linear)]
+    assert [(m.in_features, m.out_features) for m in linears] == [(10, 32), (32, 265), (265, 20)]
+    leaky = build_model("fedal_discriminator", (10,), 20, activation="leaky_relu")
+    assert any(isinstance(m, nn.LeakyReLU) and m.negative_slope == 0.2 for m in leaky.modules())
+
+
+# -- the method ----------------------------------------------------------------------------------------
+
+
+def _records(config, data_dir: Path, tmp_path: Path, name: str) -> bytes:
+    run_experiment(RunRequest(config, tmp_path / name, data_dir))
+    return (tmp_path / name / "records.csv").read_bytes()
+
+
+def test_fedal_with_the_adversarial_weight_at_0_equals_fedmd_lf(data_dir: Path, tmp_path: Path) -> None:
+    """§2.4 check 2: FedAL with W_ADV = 0 is FedMD-LF, bit for bit on the same seed; the adversarial term
+    does change FedAL (so the equality is not vacuous)."""
+    lf = _records(fedal_config(algorithm={"name": "fedmd_lf"}), data_dir, tmp_path, "lf")
+    zero = _records(fedal_config(algorithm={"name": "fedal", "adv_weight": 0.0}), data_dir, tmp_path, "zero")
+    assert zero == lf
+    fedal = _records(fedal_config(), data_dir, tmp_path, "fedal")
+    assert fedal != lf and b"disc_loss" in fedal and b"disc_loss" not in lf
+
+
+def test_fedmd_as_fedal_runs_it_is_fedal_without_its_terms(data_dir: Path, tmp_path: Path) -> None:
+    """§2.4 check 2: W_ADV = W_LFL = W_LFG = 0 and τ = 1 is FedMD (``fedmd_fedal``), bit for bit."""
+    tau1 = {"local_steps": 1, "rounds": 4}
+    fedmd = _records(fedal_config(algorithm={"name": "fedmd_fedal"}, training=tau1), data_dir, tmp_path, "md")
+    zero = _records(fedal_config(algorithm={"name": "fedal", "adv_weight": 0.0, "lf_local_weight": 0.0,
+                                            "lf_global_weight": 0.0}, training=tau1), data_dir, tmp_path, "zero")
+    assert zero == fedmd
+
+
+def test_communication_is_k_times_b_floats_up_and_2kb_down(data_dir: Path) -> None:
+    """§2.4 check 3: per client and global iteration K·B float32 values up (logits) and 2K·B down (f̄ and
+    ∂U_n/∂f_n); without the adversarial term K·B down. No bytes in the local stage."""
+    n, tau, b = 4, 2, 16
+    for name, down in (("fedal", 2), ("fedmd_lf", 1)):
+        result = run_federation(fedal_config(algorithm={"name": name}, training={"rounds": 2}))
+        sent = {(r, m): v for r, m, c, v in result.records if m in ("upload_bytes", "download_bytes")}
+        for t in (1, 2):
+            assert sent[t, "upload_bytes"] == n * tau * K * b * 4
+            assert sent[t, "download_bytes"] == n * tau * down * K * b * 4
+
+
+def test_lockstep_public_batches_are_identical_across_clients() -> None:
+    """Every client forwards the same public batch in each global iteration (A10), and the batches run
+    on across rounds (iteration g of the run is batch g of the shared stream)."""
+    config = fedal_config(algorithm={"name": "fedmd_fedal"}, training={"rounds": 2})
+    seen: dict[int, list[bytes]] = {}
+    from bench.algorithms.knowledge_transfer import KnowledgeTransfer
+
+    original = KnowledgeTransfer.forward_public
+
+    def spy(self, client, x):  # type: ignore[no-untyped-def]
+        seen.setdefault(client.cid, []).append(x.numpy().tobytes())
+        return original(self, client, x)
+
+    KnowledgeTransfer.forward_public = spy  # type: ignore[method-assign]
+    try:
+        result = run_federation(config)
+    finally:
+        KnowledgeTransfer.forward_public = original  # type: ignore[method-assign]
+    public = {row.numpy().tobytes() for row in result.state.algorithm.ctx.public_x}
+    batches = list(seen.values())
+    assert len(batches) == 4 and all(b == batches[0] for b in batches)
+    assert len(batches[0]) == 2 * 2 and len(set(batches[0])) == 4  # τ iterations per round, each a new batch
+    first = torch.frombuffer(bytearray(batches[0][0]), dtype=torch.float32).view(16, 1, 8, 8)
+    assert all(row.numpy().tobytes() in public for row in first)
+
+
+def test_architecture_assignment_is_a_seeded_draw_recorded_with_the_run() -> None:
+    """§4.1: each client draws its architecture uniformly from the candidates with the run seed."""
+    candidates = ["wrn10_1", "wrn10_2", "wrn16_1"]
+    first, again = assign_architectures(candidates, 20, 7), assign_architectures(candidates, 20, 7)
+    assert first == again and set(first) == set(candidates)
+    assert assign_architectures(candidates, 20, 8) != first
+    result = run_federation(fedal_config(training={"rounds": 1}))
+    assert result.architectures == assign_architectures(["cnn", "mlp"], 4, 0)
+    assert [type(c.model).__name__ for c in result.state.clients] == [
+        {"cnn": "SmallCNN", "mlp": "MLP"}[a] for a in result.architectures]
+
+
+def assert_resumes_bitwise(config, data_dir: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """A run killed after round 2 and started again ends with the records of an uninterrupted run."""
+    from tests.test_resume import RECORDS, _Killed, _kill_after
+
+    run_experiment(RunRequest(config, tmp_path / "whole", data_dir))
+    with pytest.raises(_Killed):
+        run_experiment(RunRequest(config, tmp_path / "cut", data_dir), progress=_kill_after(2))
+    run_experiment(RunRequest(config, tmp_path / "cut", data_dir))
+    for name in RECORDS:
+        assert (tmp_path / "cut" / name).read_bytes() == (tmp_path / "whole" / name).read_bytes(), name
+
+
+@pytest.mark.parametrize("algorithm", [
+    {"name": "fedal"}, {"name": "fedal", "disc_optimizer": "sgd", "teacher": "all"},
+], ids=["fedal", "fedal-sgd-all"])
+def test_a_resumed_fedal_run_equals_an_uninterrupted_one(algorithm: dict, data_dir: Path, tmp_path: Path) -> None:
+    """The discriminator, its optimiser, the snapshots and the clients' Adam states are checkpointed."""
+    assert_resumes_bitwise(fedal_config(algorithm=algorithm, training={"rounds": 4}), data_dir, tmp_path)

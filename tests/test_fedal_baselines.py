@@ -1,0 +1,160 @@
+"""The FedAL paper's baselines (specs/fedal.md §3.2): each loss term against a hand computation (CFD's
+quantisation, FCCL's cross-correlation, FCCL+'s instance similarity and non-target distillation, FD's
+targets, FedDF's AVGLOGITS), the communication each counts, the readings they refuse, and resume."""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from bench.algorithms.cfd import QuantizedSoftLabels, dequantize, quantize
+from bench.algorithms.fccl import cosine_lr, cross_correlation_loss, FreshAdam
+from bench.algorithms.fcclplus import non_target_kd, similarity_logits
+from bench.algorithms.fd import distillation_term, label_means, teacher_targets
+from bench.algorithms.feddf import distillation_loss
+from bench.algorithms.fedproto_fedal import feature_distance
+from bench.engine.ledger import payload_bytes
+from bench.errors import BenchError
+from bench.runner.federation import run_federation
+from tests.test_fedal import assert_resumes_bitwise, fedal_config
+
+
+def test_cfd_quantisation_by_hand() -> None:
+    """b = 2: levels k/3; [0.1, 0.2, 0.7] → codes [0, 1, 2] → [0, ⅓, ⅔] (renormalised: already sums to 1);
+    on the wire 2 bits an entry; a row of zeros decodes to uniform."""
+    codes = quantize(torch.tensor([[0.1, 0.2, 0.7], [0.1, 0.1, 0.1]]), 2)
+    assert codes.tolist() == [[0, 1, 2], [0, 0, 0]] and codes.dtype == torch.uint8
+    decoded = dequantize(codes, 2)
+    assert decoded[0].tolist() == pytest.approx([0, 1 / 3, 2 / 3]) and decoded[1].tolist() == pytest.approx([1 / 3] * 3)
+    assert QuantizedSoftLabels(codes, 2).wire_bytes() == 2 and payload_bytes(QuantizedSoftLabels(codes, 2)) == 2
+    assert dequantize(quantize(torch.tensor([[0.25, 0.75]]), 8), 8)[0, 1].item() == pytest.approx(191 / 255, abs=1e-6)
+
+
+def test_fccl_cross_correlation_by_hand() -> None:
+    """Z = [[1, 2], [2, 4], [3, 6]] against itself: both columns standardise to [−1, 0, 1] (unbiased std), so
+    M = ẐᵀẐ/3 = ⅔ everywhere and L = 2(⅔ − 1)² + λ·2(⅔ + 1)² = 2/9 + λ·50/9."""
+    z = torch.tensor([[1.0, 2.0], [2.0, 4.0], [3.0, 6.0]])
+    assert cross_correlation_loss(z, z, 0.0051).item() == pytest.approx(2 / 9 + 0.0051 * 50 / 9, rel=1e-6)
+    assert cross_correlation_loss(z, z, 0.0).item() == pytest.approx(2 / 9, rel=1e-6)
+
+
+def test_fccl_plus_instance_similarity_by_hand() -> None:
+    """Features [1, 0], [0, 1], [1, 1]: cosine similarities without the diagonal, over temp."""
+    s = similarity_logits(torch.tensor([[1.0, 0.0], [0.0, 2.0], [3.0, 3.0]]), 0.5)
+    r = 1 / math.sqrt(2)
+    assert s.tolist() == [pytest.approx([0, 2 * r]), pytest.approx([0, 2 * r]), pytest.approx([2 * r, 2 * r])]
+
+
+def test_fccl_plus_non_target_distillation_by_hand() -> None:
+    """Label 0, T = 1: the student ψ([0, 0, 0]) keeps [⅓, ⅓], the teacher ψ([0, ln 2, 0]) keeps [½, ¼], not
+    renormalised: ½ ln(1.5) + ¼ ln(0.75). At T = 2 with logits doubled the same distributions: T² = 4 times it."""
+    labels = torch.tensor([0])
+    student, teacher = torch.zeros(1, 3), torch.tensor([[0.0, math.log(2), 0.0]])
+    expected = 0.5 * math.log(1.5) + 0.25 * math.log(0.75)
+    assert non_target_kd(student, teacher, labels, 1.0).item() == pytest.approx(expected, rel=1e-6)
+    assert non_target_kd(2 * student, 2 * teacher, labels, 2.0).item() == pytest.approx(4 * expected, rel=1e-6)
+
+
+def test_fccl_public_step_is_a_fresh_adam_and_pretraining_anneals() -> None:
+    """A fresh Adam's first step moves each weight by lr·g/(|g| + ε) ≈ lr·sign(g), at every step."""
+    w = torch.nn.Parameter(torch.tensor([1.0, -1.0]))
+    optimizer = FreshAdam([w], lr=0.1)
+    for grad in ([0.5, -2.0], [3.0, 0.01]):
+        before = w.detach().clone()
+        w.grad = torch.tensor(grad)
+        optimizer.step()
+        assert (w.detach() - before).tolist() == pytest.approx([-0.1 * math.copysign(1, g) for g in grad], abs=1e-6)
+    assert [cosine_lr(e, 4, 1e-3, 1e-6) for e in (0, 2)] == pytest.approx([1e-3, (1e-3 + 1e-6) / 2])
+
+
+def test_fd_targets_by_hand() -> None:
+    """Per-label mean logits; the leave-one-out over the clients holding a label: clients A, B hold label 0
+    with means [2, 0] and [4, 0], only A holds label 1 → G_0 = [3, 0] (|S_0| = 2), so A's target for label 0
+    is B's [4, 0] and A has none for label 1; a client holding neither label gets G."""
+    sums, counts = label_means(torch.tensor([[1.0, 0.0], [3.0, 0.0], [0.0, 5.0]]), torch.tensor([0, 0, 1]), 2)
+    assert sums.tolist() == [[4.0, 0.0], [0.0, 5.0]] and counts.tolist() == [2.0, 1.0]
+    g, holders = torch.tensor([[3.0, 0.0], [0.0, 5.0]]), torch.tensor([2.0, 1.0])
+    own, own_counts = torch.tensor([[2.0, 0.0], [0.0, 5.0]]), torch.tensor([4.0, 1.0])
+    targets, valid = teacher_targets(g, holders, own, own_counts, "others")
+    assert targets[0].tolist() == [4.0, 0.0] and valid.tolist() == [True, False]
+    targets, valid = teacher_targets(g, holders, None, None, "others")
+    assert torch.equal(targets, g) and valid.tolist() == [True, True]
+    # β-term: CE(ψ(F̂_y), ψ(f)) per sample, zero for labels without a teacher, over the batch size
+    logits = torch.zeros(2, 2)
+    term = distillation_term(logits, torch.tensor([0, 1]), torch.tensor([[4.0, 0.0], [0.0, 0.0]]),
+                             torch.tensor([True, False]), 1.0)
+    assert term.item() == pytest.approx(math.log(2) / 2, rel=1e-6)
+
+
+def test_feddf_distillation_is_t_squared_kl_of_the_mean_logits() -> None:
+    """T²·𝒦(ψ(mean/T) ‖ ψ(student/T)); at T = 1 it is FedAL's E = 1 KL."""
+    teacher, student = torch.tensor([[0.0, 2 * math.log(3)]]), torch.tensor([[0.0, 0.0]])
+    kl = 0.25 * math.log(0.5) + 0.75 * math.log(1.5)
+    assert distillation_loss(teacher, student, 2.0).item() == pytest.approx(4 * kl, rel=1e-6)
+    assert feature_distance(torch.tensor([[1.0, 3.0]]), torch.tensor([[0.0, 0.0]])).item() == 5.0
+
+
+def test_feddf_with_one_architecture_and_no_distillation_is_fedavg(data_dir: Path, tmp_path: Path) -> None:
+    """FedDF is FedAvg plus server ensemble distillation: with 0 steps, the same global model, bit for bit."""
+    common = {"model": {"name": "cnn", "candidates": []}, "training": {"local_steps": 3},
+              "evaluation": {"global_model": True, "clients_on_global_test": False}}
+    values = {}
+    for name in ("fedavg", "feddf"):
+        algorithm = {"name": name, **({"distill_steps": 0} if name == "feddf" else {})}
+        result = run_federation(fedal_config(algorithm=algorithm, **common))
+        values[name] = [(r, m, v) for r, m, c, v in result.records if m in ("global_acc", "train_loss")]
+    assert values["feddf"] == values["fedavg"]
+
+
+def test_feddf_teacher_is_the_mean_of_the_received_models() -> None:
+    """The ensemble teacher: the mean logits of every received client model (eval mode, its uploaded weights)."""
+    result = run_federation(fedal_config(algorithm={"name": "feddf", "distill_steps": 1},
+                                         training={"rounds": 1, "local_steps": 1}))
+    algorithm, server, clients = result.state.algorithm, result.state.server, result.state.clients
+    x = algorithm.ctx.public_x[:8]
+    from bench.engine.state import Update
+
+    updates = [Update(c.cid, 1, {k: v.clone() for k, v in c.model.state_dict().items()}) for c in clients]
+    expected = torch.stack([c.model.eval()(x)[1] for c in clients]).mean(0)
+    assert torch.allclose(algorithm.ensemble_logits(server, updates, x), expected, atol=1e-6)
+    assert len(server.state.models) == 2 and server.model is None  # two groups (CNN, MLP): no single global model
+
+
+def test_communication_of_each_method(data_dir: Path) -> None:
+    """Upstream bytes per round (N = 4 clients, B = 16, K = 10, τ = 2, float32): logits K·B per iteration
+    (FedMD, CFD, FCCL), features d·B (FedProto), logits plus a B × (B − 1) similarity matrix (FCCL+), b-bit soft
+    labels (CFD quantised), K × K label means plus K counts per round (FD), the state dict (FedAvg, FedDF)."""
+    per_iteration = {"fedmd_fedal": 10 * 16, "cfd": 10 * 16, "fccl": 10 * 16, "fedproto_fedal": 64 * 16,
+                     "fcclplus": 10 * 16 + 16 * 15}
+    for name, floats in per_iteration.items():
+        result = run_federation(fedal_config(algorithm={"name": name, **({"pretrain_epochs": 1} if name == "fccl"
+                                                                          else {})}, training={"rounds": 1}))
+        up = next(v for r, m, c, v in result.records if m == "upload_bytes")
+        assert up == 4 * 2 * floats * 4, name
+    result = run_federation(fedal_config(algorithm={"name": "cfd", "quantization_bits": 4}, training={"rounds": 1}))
+    assert next(v for r, m, c, v in result.records if m == "upload_bytes") == 4 * 2 * 16 * 10 * 4 / 8
+    result = run_federation(fedal_config(algorithm={"name": "fd"}, training={"rounds": 1}))
+    assert next(v for r, m, c, v in result.records if m == "upload_bytes") == 4 * (10 * 10 + 10) * 4
+    result = run_federation(fedal_config(algorithm={"name": "fedavg"}, model={"candidates": []},
+                                         training={"rounds": 1}))
+    params = sum(v.numel() * v.element_size() for v in result.state.server.model.state_dict().values())
+    assert [v for r, m, c, v in result.records if m in ("upload_bytes", "download_bytes")] == [4 * params] * 2
+
+
+def test_fedproto_fedal_needs_one_feature_dimension() -> None:
+    """SVHN's WRN mix has 64- and 128-d features: FedAL does not run FedProto there, and we refuse it."""
+    with pytest.raises(BenchError, match="one feature dimension"):
+        run_federation(fedal_config(algorithm={"name": "fedproto_fedal"}, dataset={"name": "synthetic32"},
+                                    model={"name": "wrn10_1", "candidates": ["wrn10_1", "wrn10_2", "wrn16_1"]}))
+
+
+@pytest.mark.parametrize("algorithm", [
+    {"name": "fccl", "pretrain_epochs": 2}, {"name": "fcclplus"}, {"name": "cfd"}, {"name": "fd"},
+    {"name": "feddf_al", "distill_steps": 2}, {"name": "fedproto_fedal"},
+], ids=["fccl", "fcclplus", "cfd", "fd", "feddf_al", "fedproto_fedal"])
+def test_a_resumed_run_equals_an_uninterrupted_one(algorithm: dict, data_dir: Path, tmp_path: Path) -> None:
+    """FCCL's pre-trained and previous-round teachers, CFD's server model and optimiser, FD's label means,
+    FedDF-AL's group models, discriminator and snapshots: all in the checkpoint."""
+    assert_resumes_bitwise(fedal_config(algorithm=algorithm, training={"rounds": 4}), data_dir, tmp_path)
