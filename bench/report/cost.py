@@ -164,7 +164,7 @@ def suite_costs(suite: Suite, data_dir: Path | None = None) -> list[RunCost]:
     """Every run's cost (one per method and setting: seeds cost the same)."""
     seed = suite.params.suite.seeds[0]
     return [run_cost(suite.config(method, setting, seed), method, setting, data_dir)
-            for method in suite.params.methods for setting in suite.params.settings]
+            for method in suite.params.methods for setting in suite.settings_of(method)]
 
 
 def cost_table(suite: Suite, tflops: float | None = None, data_dir: Path | None = None) -> str:
@@ -183,7 +183,7 @@ def cost_table(suite: Suite, tflops: float | None = None, data_dir: Path | None 
 
     def measured_time(method: str) -> float | None:
         times = [r.seconds_per_round for (m, _, _), r in found.items() if m == method]
-        return sum(times) / len(times) if times and len(times) == len(suite.params.settings) * seeds else None
+        return sum(times) / len(times) if times and len(times) == len(suite.settings_of(method)) * seeds else None
 
     rows, total = [], 0.0
     base = [c for c in costs if c.method == reference]

@@ -6,6 +6,7 @@ results and on the paper's own tables.
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 from bench.report.pinned import PinnedFile
 from bench.report.runs import RunKey, RunRecord, statistic_value
@@ -77,16 +78,25 @@ def _measures_line(measures: dict[str, Measure], statistics: dict[str, Statistic
         for name, measure in measures.items()) + "."
 
 
+def paper_results(suite: Suite, runs: dict[RunKey, RunRecord],
+                  summary: dict[str, dict[str, dict]]) -> tuple[list[ReportColumn], Cells, Results]:
+    """The report columns of the suite's settings, our cells (mean and spread) and our results."""
+    assert suite.paper is not None, "a paper report needs a suite with a paper"
+    columns = suite.paper.definition.columns_for(list(suite.params.settings))
+    cells = our_cells(suite, runs, columns)
+    return columns, cells, our_results(suite, columns, cells, summary)
+
+
 def paper_markdown(suite: Suite, runs: dict[RunKey, RunRecord], summary: dict[str, dict[str, dict]],
-                   pinned: PinnedFile | None, provenance: str = "") -> str:
+                   pinned: PinnedFile | None, provenance: str = "", figures: list[str] | None = None) -> str:
     """The paper section of the report (``paper.md``); ``provenance``: the commits of the runs and of the
-    pinned file (provenance.py), placed before the tables."""
+    pinned file (provenance.py), placed before the tables; ``figures``: the paper's figures drawn
+    (paths relative to the report), shown after the tables."""
     paper = suite.paper
     assert paper is not None, "a paper report needs a suite with a paper"
     d = paper.definition
-    columns = d.columns_for(list(suite.params.settings))
-    cells = our_cells(suite, runs, columns)
-    ours, printed = our_results(suite, columns, cells, summary), paper.printed()
+    columns, cells, ours = paper_results(suite, runs, summary)
+    printed = paper.printed()
     seeds = suite.params.suite.seeds
     first = suite.config(next(iter(suite.params.methods)), columns[0].setting, seeds[0]) if columns else None
     dataset = first.dataset.name if first else "?"
@@ -99,14 +109,14 @@ def paper_markdown(suite: Suite, runs: dict[RunKey, RunRecord], summary: dict[st
     parts = [f"# {d.title} — paper tables, suite `{suite.name}`",
              *([protocol_line(suite.params.profile, first)] if first else []),
              (f"Each cell: ours (mean ± std over seeds {seeds}), the pinned mean, the paper's value ({d.source}) and "
-              f"the difference Δ{band_note}. Ranks: among the paper's {len(d.methods)} methods, ours and (in "
+              f"the difference Δ{band_note}. Ranks: among {d.ranked_among}, ours and (in "
               "brackets) the paper's."
               if ours.by_value else
               f"This profile runs the paper's methods and protocol on `{dataset}` instead of the paper's datasets, "
               f"so its numbers are not comparable with the paper's: each cell shows ours (mean ± std over seeds "
               f"{seeds}) and the pinned mean, and the paper's values ({d.source}) of the columns it stands for "
               f"({' / '.join(d.groups.values()) or 'in order'}) for orientation; the ranks (ours; paper per column "
-              f"it stands for, among the paper's {len(d.methods)} methods) and the claims below are the comparison.")
+              f"it stands for, among {d.ranked_among}) and the claims below are the comparison.")
              + (f" Not ranked (not rows of the paper's tables): {', '.join(unranked)}." if unranked else ""),
              "†: secondary statistic (optimistic: it selects on the test set). ‡: a printed value the spec "
              "doubts (low confidence).",
@@ -121,10 +131,12 @@ def paper_markdown(suite: Suite, runs: dict[RunKey, RunRecord], summary: dict[st
         if not cols:
             continue
         table_statistics = {m: measure.statistic for m, measure in table.measures.items()}
-        parts += [f"## {table.title}", _measures_line(table.measures, table_statistics)]
+        parts += [f"## {table.title}"]
+        if any(c.statistics == table_statistics for c in cols):  # else each column states its own
+            parts.append(_measures_line(table.measures, table_statistics))
         for column in cols:
             rows = []
-            for method in suite.params.methods:
+            for method in (m for m in suite.params.methods if suite.runs(m, column.setting) and d.shown(name, m)):
                 row = [d.label(method)]
                 for m, measure in table.measures.items():
                     mean, spread = cells.get((method, column.key, m), (None, None))
@@ -153,6 +165,9 @@ def paper_markdown(suite: Suite, runs: dict[RunKey, RunRecord], summary: dict[st
             parts.append(markdown_table(header, rows))
 
     parts += [_section(s) for s in paper.sections(suite, ours)]
+    if figures:
+        parts += ["## Figures", "The paper's figures drawn from our runs (mean over seeds)."]
+        parts += [f"![{Path(image).stem}]({image})" for image in figures]
     if band is not None:
         parts += [acceptance_section(d, ours, list(bands.values()))]
     parts += [ranking_section(paper, ours, printed)]
@@ -224,7 +239,7 @@ def ranking_section(paper: Paper, ours: Results, printed: Results) -> str:
             theirs += printed_ranks
             rows.append([column.label, measure.label, str(rank or "—"), " / ".join(map(str, printed_ranks)) or "—"])
     mean = lambda ranks: f"{sum(ranks) / len(ranks):.1f}" if ranks else "—"  # noqa: E731
-    return "\n\n".join([f"## {d.label(focus)}'s rank among the paper's {len(d.methods)} methods",
+    return "\n\n".join([f"## {d.label(focus)}'s rank among {d.ranked_among}",
                         f"Mean rank: ours {mean(mine)}, the paper's {mean(theirs)} (1 = best; the paper's ranks are "
                         "those of the columns each of ours stands for).",
                         markdown_table(["column", "measure", "ours", "paper"], rows)])

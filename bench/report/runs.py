@@ -51,10 +51,10 @@ class RunRecord:
 
 
 def run_keys(suite: Suite) -> Iterator[RunKey]:
-    """Every (method, setting, seed) of the suite, in table order."""
+    """Every (method, setting, seed) the suite runs, in table order."""
     p = suite.params
     for method in p.methods:
-        for setting in p.settings:
+        for setting in suite.settings_of(method):
             for seed in p.suite.seeds:
                 yield method, setting, seed
 
