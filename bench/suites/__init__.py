@@ -45,11 +45,11 @@ from bench.config import ExperimentConfig, apply_overrides, describe_validation,
 from bench.experiment import build_config
 from bench.runner.executor import RunRequest
 from bench.errors import BenchError
-from bench.suites import fedhkd
+from bench.suites import dafkd, fedhkd
 from bench.suites.paper import Paper
 from bench.suites.statistics import Statistic
 
-PAPERS: dict[str, Paper] = {paper.definition.name: paper for paper in (fedhkd.PAPER,)}
+PAPERS: dict[str, Paper] = {paper.definition.name: paper for paper in (fedhkd.PAPER, dafkd.PAPER)}
 DEFAULT_STATISTICS = ("final_global_acc", "last5_global_acc", "final_local_acc", "last5_local_acc")
 
 
