@@ -158,6 +158,14 @@ class Algorithm(Generic[ClientStateT, ServerStateT]):
         return {}
 
 
+def with_mode_defaults(data: Any, defaults: dict[str, dict[str, Any]]) -> Any:
+    """Raw parameters with the switches their ``mode`` (default ``paper``) sets filled in under the ones given
+    explicitly: the ``mode: paper|code`` of a method whose released code differs from its paper."""
+    if isinstance(data, dict) and data.get("mode", "paper") in defaults:
+        return {**defaults[data.get("mode", "paper")], **data}
+    return data
+
+
 class AveragingParams(AlgorithmParams):
     weighting: Literal["samples", "uniform"] = Field("samples", description="aggregation weights n_k or 1")
 

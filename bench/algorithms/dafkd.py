@@ -78,8 +78,9 @@ from torch import nn
 from torch.func import functional_call
 
 from bench.algorithms import register_algorithm
-from bench.algorithms.base import AveragingParams, ParameterAveraging
+from bench.algorithms.base import AveragingParams, ParameterAveraging, with_mode_defaults
 from bench.engine.aggregate import copy_state, load_state, weighted_average
+from bench.engine.context import Context
 from bench.engine.evaluation import Evaluation
 from bench.engine.loop import Loop, Step, adversarial_loop
 from bench.engine.state import Client, NoState, Server, Update
@@ -138,9 +139,7 @@ class DaFKDParams(AveragingParams):
     @model_validator(mode="before")
     @classmethod
     def _mode_defaults(cls, data: Any) -> Any:
-        if isinstance(data, dict) and data.get("mode", "paper") in MODE_DEFAULTS:
-            return {**MODE_DEFAULTS[data.get("mode", "paper")], **data}
-        return data
+        return with_mode_defaults(data, MODE_DEFAULTS)
 
     @model_validator(mode="after")
     def _one_head_needs_the_shared_extractor(self) -> DaFKDParams:
@@ -281,7 +280,7 @@ class DaFKD(ParameterAveraging[DaFKDClient, DaFKDServer]):
     ServerState = DaFKDServer
     personal_parameters = (HEAD,)
 
-    def __init__(self, params: DaFKDParams, ctx: Any) -> None:  # type: ignore[override]
+    def __init__(self, params: DaFKDParams, ctx: Context) -> None:  # type: ignore[override]
         super().__init__(params, ctx)
         self.round_metrics: dict[str, float] = {}  # this round's server diagnostics
         self.client_metrics: dict[str, list[float]] = {}  # this round's client diagnostics, averaged over clients
