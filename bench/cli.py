@@ -169,7 +169,13 @@ def _suite_train(args: argparse.Namespace) -> int:
     from bench.runner.parallel import run_many
 
     suite = _suite(args)
-    methods = suite.train_order(args.method or list(suite.params.methods))  # dependencies (e.g. CF's standalone) first
+    absent = [m for m in args.method or () if m not in suite.params.methods]
+    if unknown := [m for m in absent if m not in suite.reload(["profile=null"]).params.methods]:
+        raise BenchError(f"suite {suite.name} has no method {', '.join(unknown)}; methods: {', '.join(suite.methods)}")
+    for method in absent:  # a dvc.yaml stage of every top-level method: one the profile leaves out trains nothing
+        suite.results_dir(method).mkdir(parents=True, exist_ok=True)
+        print(f"suite {suite.name}: profile {suite.params.profile} has no method {method}; nothing to train")
+    methods = suite.train_order([m for m in args.method or suite.params.methods if m not in absent])  # dependencies first
     requests = [r for m in methods for r in suite.requests(m, args.data_dir)]
     from bench.runner.progress import SuiteProgress
 

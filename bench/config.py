@@ -98,6 +98,10 @@ class TrainingConfig(Strict):
 
 class ParticipationConfig(Strict):
     fraction: float = Field(1.0, gt=0, le=1, description="share of clients sampled each round (seeded)")
+    seed: int | None = Field(None, ge=0, exclude_if=lambda v: v is None, description=(
+        "seed of the client schedule; null: the run seed. A number gives every run seed the same clients in each "
+        "round (specs/dafkd.md A26, the released DaFKD code's np.random.seed(round)); left out of the resolved "
+        "config at its default, so the runs from before it keep their hash"))
 
 
 class PublicConfig(Strict):

@@ -52,7 +52,7 @@ def test_every_printed_cell_names_its_run_and_statistic() -> None:
                                                                              "final_client_global_acc")
     assert printed.column("ablation-svhn-a2").setting == "svhn-a2"
     assert column.statistics["spread"].name == "final_clientstd_client_global_acc"
-    assert DEFINITION.table_methods("table8") == ["fedmd_fedal", "fedmd_lf", "fedal"]
+    assert DEFINITION.rows("table8") == ["fedmd_fedal", "fedmd_lf", "fedal"]
 
 
 def test_claims_on_the_papers_own_tables() -> None:

@@ -164,7 +164,7 @@ def test_report_renders_the_definition(root: Path) -> None:
     assert "| Standalone | 80.00 ± 0.00 | — | 75.00 | 5.00 | — | — | — | — | 3 (3) | — (—) |" in paper
     assert "Measures: **rounds** `reach0.9_global_acc` (± max absolute deviation over seeds)." in paper
     assert "| FedAvg is fairer than FedProx | **holds** (2/2) | **holds** (2/2) |" in paper
-    assert "## FedAvg's rank among the paper's 3 methods" in paper
+    assert "## FedAvg's rank among the rows of each table" in paper  # Table 2 prints two of the three
 
 
 def test_pin_and_compare_cover_every_declared_statistic(root: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -175,9 +175,10 @@ def test_pin_and_compare_cover_every_declared_statistic(root: Path, capsys: pyte
     dir_fedavg = data["values"]["fedavg"]["dir"]
     assert dir_fedavg["seeds"]["1"]["values"]["final_cf(standalone)_local_acc"] == pytest.approx(100.0)
     assert dir_fedavg["seeds"]["1"]["values"]["reach0.5_global_acc"] == 3.0
-    assert "reach0.9_global_acc" not in dir_fedavg["seeds"]["1"]["values"]  # never reached: not pinned
+    assert dir_fedavg["seeds"]["1"]["values"]["reach0.9_global_acc"] == "Infinity"  # never reached, pinned as such
+    assert dir_fedavg["seeds"]["0"]["values"]["reach0.9_global_acc"] == 4.0
     assert dir_fedavg["mean"]["final_clientmax_local_acc"] == pytest.approx(0.9)
-    assert "reach0.9_global_acc" not in dir_fedavg["mean"]
+    assert dir_fedavg["mean"]["reach0.9_global_acc"] == "Infinity"  # a seed that never reaches it: the cell neither
     assert "final_cf(standalone)_local_acc" not in data["values"]["standalone"]["dir"]["mean"]  # blank, as printed
     assert "reach0.5_global_acc" not in data["values"]["fedavg"]["iid"]["mean"]  # no Table-2 column on iid
     dir_fedavg["seeds"]["0"]["values"]["max_global_acc"] = 0.95  # a pinned statistic the suite does not declare
@@ -187,6 +188,12 @@ def test_pin_and_compare_cover_every_declared_statistic(root: Path, capsys: pyte
     out = capsys.readouterr().out
     assert "0 DRIFT, 0 MISSING, 3 not pinned" in out  # computed for the cell's other seeds and mean too
     assert any(line.split()[:4] == ["fedavg", "dir", "0", "max_global_acc"] for line in out.splitlines())
+    dir_fedavg["seeds"]["1"]["values"]["reach0.9_global_acc"] = 4.0  # pinned as reached; now never reached
+    pinned.write_text(json.dumps(data))
+    assert main(["compare", *common]) == 1
+    assert "1 DRIFT, 0 MISSING, 3 not pinned" in capsys.readouterr().out
+    dir_fedavg["seeds"]["1"]["values"]["reach0.9_global_acc"] = "Infinity"
+    pinned.write_text(json.dumps(data))
 
     (root / "results/demo/standalone/dir/seed1/metrics.json").unlink()
     assert main(["compare", *common]) == 2

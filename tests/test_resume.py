@@ -40,7 +40,19 @@ def _kill_after(round_index: int):  # type: ignore[no-untyped-def]
     {"algorithm": {"name": "fedmd"}, "public": {"size": 40, "source": "carve"}},
     {"algorithm": {"name": "fedproto", "distance": "mse"}},
     {"algorithm": {"name": "standalone"}, "evaluation": {"clients_on_global_test": True}},
-], ids=["fedavg-adam-partial", "moon", "fedgen", "fedhkd-code", "fedmd", "fedproto", "standalone"])
+    *({"algorithm": algorithm, "model": {"name": "dafkd_resnet11", "kwargs": {"width": 4, "blocks": [1, 1, 1]}},
+       "training": {"local_epochs": None, "local_steps": 2}, "participation": {"fraction": 0.5}}
+      for algorithm in ({"name": "dafkd", "generator_width": 8, "distill_batches": 1, "distill_epochs": 1},
+                        {"name": "dafkd", "mode": "code", "generator_width": 8, "distill_batches": 1,
+                         "distill_epochs": 1},
+                        {"name": "dafkd", "sharing": "separate", "generator_width": 8, "distill_batches": 1,
+                         "distill_epochs": 1},
+                        {"name": "fedftg", "iterations": 2})),
+], ids=["fedavg-adam-partial", "moon", "fedgen", "fedhkd-code", "fedmd", "fedproto", "standalone",
+        "dafkd",          # the server generator, the personal heads (in the models), ŵ and S_t of the diagnostics
+        "dafkd-code",     # the one shared head, clients one after another
+        "dafkd-separate",  # each client's discriminator D_k and its optimiser
+        "fedftg"])        # the server's conditional generator
 def test_a_resumed_run_equals_an_uninterrupted_one(data_dir: Path, tmp_path: Path, sections: dict) -> None:
     cfg = small_config(training={"rounds": 4, **sections.pop("training", {})}, **sections)
     whole = tmp_path / "whole"

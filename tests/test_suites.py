@@ -201,3 +201,47 @@ def test_suites_and_report_import_without_circles() -> None:
         return any(t == goal or (t not in seen and reaches(t, goal, seen | {t})) for t in graph[start])
 
     assert [m for m in graph if reaches(m, m, {m})] == []
+
+
+def test_a_method_may_run_on_some_settings_with_values_of_its_own_there(params_file: Path) -> None:
+    """``settings``: the columns a method runs on (a sensitivity study, an ablation); ``per_setting``: its
+    hyperparameters and config overlay on one setting (FedGen's EMNIST values, FedDF's public set)."""
+    raw = PARAMS.replace("  prox: {name: fedprox, mu: 0.2}",
+                         "  prox: {name: fedprox, mu: 0.2, settings: [b],\n"
+                         "         per_setting: {b: {mu: 0.5, config: {training: {rounds: 3}}}}}")
+    params_file.write_text(raw)
+    suite = load_suite(params_file)
+    assert suite.settings_of("prox") == ["b"] and suite.settings_of("fedavg") == ["a", "b"]
+    assert [r.config.partition.scheme for r in suite.requests("prox")] == ["dirichlet", "dirichlet"]
+    cfg = suite.config("prox", "b", 0)
+    assert (cfg.algorithm.params["mu"], cfg.training.rounds) == (0.5, 3)
+    params_file.write_text(raw.replace("settings: [b]", "settings: [c]"))
+    with pytest.raises(BenchError, match=r"method prox lists settings \['c'\] that are not settings"):
+        load_suite(params_file)
+
+
+def test_a_profile_overlays_some_settings_and_methods(params_file: Path) -> None:
+    """``overlay``: deep-merged into the named entries (E counted in steps instead of epochs for some)."""
+    params_file.write_text(PARAMS + "  steps:\n    overlay:\n      settings: {b: {training: {local_steps: 4}}}\n"
+                                    "      methods: {prox: {mu: 0.7}}\n")
+    suite = load_suite(params_file, overrides=["profile=steps"])
+    cfg = suite.config("prox", "b", 0)
+    assert (cfg.training.local_steps, cfg.model.name, cfg.algorithm.params["mu"]) == (4, "mlp", 0.7)
+    assert suite.config("fedavg", "a", 0).training.local_steps is None
+    params_file.write_text(PARAMS + "  steps:\n    overlay: {methods: {moon: {mu: 1}}}\n")
+    with pytest.raises(BenchError, match=r"overlay.methods: \['moon'\] are not methods"):
+        load_suite(params_file, overrides=["profile=steps"])
+
+
+def test_a_fixed_participation_seed_gives_every_run_seed_the_same_clients() -> None:
+    """specs/dafkd.md A26: one client schedule for every method and run seed (``participation.seed``)."""
+    from bench.runner.federation import sample_clients
+    from tests.conftest import small_config
+
+    def schedule(seed: int, fixed: int | None) -> list[list[int]]:
+        cfg = small_config(seed=seed, participation={"fraction": 0.3, "seed": fixed})
+        return [sample_clients(cfg, t) for t in range(1, 6)]
+
+    assert schedule(0, 7) == schedule(1, 7) != schedule(0, 8)
+    assert schedule(0, None) != schedule(1, None)
+    assert "seed" not in small_config().to_dict()["participation"]  # left out at its default: hashes unchanged

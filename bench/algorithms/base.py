@@ -188,8 +188,23 @@ class Algorithm(Generic[ClientStateT, ServerStateT]):
         """The model evaluated as the client's (its personalised model)."""
         return client.model
 
+    def method_model(self, metric: str, server: Server[ServerStateT],
+                     clients: list[Client[ClientStateT]]) -> torch.nn.Module | None:
+        """The model an evaluation of role ``method`` measures under ``metric`` (its ``forward`` returns
+        ``(features, logits)``; the argmax of the logits is its prediction); None: nothing to measure this
+        round. Only methods declaring such evaluations implement it."""
+        raise NotImplementedError(f"{self.name} declares no evaluation of role 'method' ({metric})")
+
     def extra_metrics(self, server: Server[ServerStateT], clients: list[Client[ClientStateT]]) -> dict[str, Any]:
         return {}
+
+
+def with_mode_defaults(data: Any, defaults: dict[str, dict[str, Any]]) -> Any:
+    """Raw parameters with the switches their ``mode`` (default ``paper``) sets filled in under the ones given
+    explicitly: the ``mode: paper|code`` of a method whose released code differs from its paper."""
+    if isinstance(data, dict) and data.get("mode", "paper") in defaults:
+        return {**defaults[data.get("mode", "paper")], **data}
+    return data
 
 
 class AveragingParams(AlgorithmParams):

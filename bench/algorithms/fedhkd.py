@@ -64,7 +64,7 @@ from pydantic import Field, SerializerFunctionWrapHandler, model_serializer, mod
 from torch import nn
 
 from bench.algorithms import register_algorithm
-from bench.algorithms.base import AveragingParams, ParameterAveraging
+from bench.algorithms.base import AveragingParams, ParameterAveraging, with_mode_defaults
 from bench.engine.knowledge import (ClassStatistics, aggregate_class_statistics, class_statistics,
                                     feature_alignment, last_writer_class_statistics)
 from bench.engine.loop import Step
@@ -106,9 +106,7 @@ class FedHKDParams(AveragingParams):
     @model_validator(mode="before")
     @classmethod
     def _mode_defaults(cls, data: Any) -> Any:
-        if isinstance(data, dict) and data.get("mode", "paper") in MODE_DEFAULTS:
-            return {**MODE_DEFAULTS[data.get("mode", "paper")], **data}
-        return data
+        return with_mode_defaults(data, MODE_DEFAULTS)
 
     @model_serializer(mode="wrap")
     def _paper_runs_keep_their_identity(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:

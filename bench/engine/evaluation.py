@@ -9,15 +9,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-ModelRole = Literal["global", "client"]
+ModelRole = Literal["global", "client", "method"]
 Split = Literal["global_test", "local_test", "validation"]
 
 
 @dataclass(frozen=True)
 class Evaluation:
-    """``metric``: the record name; ``model``: the global model (one value) or each client's model (one
-    value per client); ``split``: the global test set, the client's local test split or its validation
-    split."""
+    """``metric``: the record name; ``model``: the global model (one value), each client's model (one
+    value per client) or a model the method builds for this metric (one value:
+    :meth:`~bench.algorithms.base.Algorithm.method_model`, e.g. an ensemble of the round's client models or
+    the global model before server distillation); ``split``: the global test set, the client's local test
+    split or its validation split (a ``method`` model: the global test set)."""
 
     metric: str
     model: ModelRole

@@ -41,14 +41,17 @@ class MTLResNet(BodyHead):
     16, 32, 64 (strides 1, 2, 2) -> global mean pool (256-d features). Heads: ``classifier`` h_c =
     Linear(256, C) and ``discriminator`` h_d = Linear(256, 1), whose sigmoid is the probability that x
     comes from this client's domain. Conv weights kaiming_normal(fan_out, relu), BN (1, 0), Linear
-    PyTorch default (specs/dafkd.md §1.6)."""
+    PyTorch default (specs/dafkd.md §1.6). ``width`` (the stem's and first stage's planes, 16) and
+    ``blocks`` per stage ((2, 2, 2)) scale it down for CPU proxies; the defaults are the paper's."""
 
-    def __init__(self, in_shape: tuple[int, ...], num_classes: int, blocks: tuple[int, ...] = (2, 2, 2)) -> None:
+    def __init__(self, in_shape: tuple[int, ...], num_classes: int, blocks: tuple[int, ...] = (2, 2, 2),
+                 width: int = 16) -> None:
         super().__init__()
-        layers: list[nn.Module] = [nn.Conv2d(in_shape[0], 16, 3, 1, 1, bias=False), nn.BatchNorm2d(16), nn.ReLU()]
-        c_in = 16
+        layers: list[nn.Module] = [nn.Conv2d(in_shape[0], width, 3, 1, 1, bias=False), nn.BatchNorm2d(width),
+                                   nn.ReLU()]
+        c_in = width
         for stage, n in enumerate(blocks):
-            planes = 16 * 2 ** stage
+            planes = width * 2 ** stage
             for i in range(n):
                 layers.append(TripleConvBlock(c_in, planes, 2 if stage > 0 and i == 0 else 1))
                 c_in = planes * TripleConvBlock.expansion
@@ -74,6 +77,9 @@ class ConvDiscriminator(BodyHead):
       the final conv4x4 (256 -> 1) on a 4x4 map is written as the equivalent Linear(4096, 1). 663,361 parameters.
     * 1x28x28 (``Discriminator``): conv5x5 p2 (32) -> LReLU -> avgpool 2 -> conv5x5 p2 (64) -> LReLU ->
       avgpool 2 -> FC 3136 -> 1024 -> LReLU (features) -> FC 1024 -> 1. About 3.27M parameters.
+    * 8x8 (the embedded digits of the CPU proxy; no official counterpart): the DCGAN D's first two
+      stages, conv4x4 s2 (64) -> LReLU -> conv4x4 s2 (128, no bias) -> BN -> LReLU; features = the 128x2x2
+      map flattened -> Linear(512, 1).
     """
 
     def __init__(self, in_shape: tuple[int, ...], num_classes: int = 1) -> None:
@@ -91,8 +97,13 @@ class ConvDiscriminator(BodyHead):
                 nn.Conv2d(32, 64, 5, padding=2), _lrelu(), nn.AvgPool2d(2), nn.Flatten(),
                 nn.Linear(64 * 7 * 7, 1024), _lrelu())
             self.feature_dim = 1024
+        elif (h, w) == (8, 8):
+            self.body = nn.Sequential(
+                nn.Conv2d(c, 64, 4, 2, 1), _lrelu(),
+                nn.Conv2d(64, 128, 4, 2, 1, bias=False), nn.BatchNorm2d(128), _lrelu(), nn.Flatten())
+            self.feature_dim = 128 * 2 * 2
         else:
-            raise ValueError(f"DaFKD discriminators exist for 32x32 and 28x28 images, got in_shape={in_shape}")
+            raise ValueError(f"DaFKD discriminators exist for 32x32, 28x28 and 8x8 images, got in_shape={in_shape}")
         self.classifier = nn.Linear(self.feature_dim, num_classes)
 
 
@@ -101,9 +112,10 @@ def _lrelu() -> nn.Module:
 
 
 @register_model("dafkd_resnet11", example_input=((3, 32, 32), 10))
-def dafkd_resnet11(in_shape: tuple[int, ...], num_classes: int) -> nn.Module:
+def dafkd_resnet11(in_shape: tuple[int, ...], num_classes: int, width: int = 16,
+                   blocks: tuple[int, ...] | list[int] = (2, 2, 2)) -> nn.Module:
     """DaFKD "ResNet11" (MTLResNet) with classifier and shared-trunk domain-discriminator heads."""
-    return MTLResNet(in_shape, num_classes)
+    return MTLResNet(in_shape, num_classes, tuple(blocks), width)
 
 
 @register_model("dafkd_discriminator", example_input=((3, 32, 32), 1))

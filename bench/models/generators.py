@@ -7,6 +7,8 @@ Every generator has a ``noise_dim`` attribute and ``forward(z, y=None)``: noise 
 * ``fedgen_generator``: FedGen's feature generator (specs/fedhkd.md §4 FedGen; specs/dafkd.md §2.4, §3.4 G-FedGen).
 * ``cond_image_generator``: FedFTG's ``CGeneratorA`` (specs/dafkd.md §2.5, §3.4 G-cond).
 * ``dcgan_generator``: DaFKD's unconditional DCGAN generator (specs/dafkd.md §3.4 G-DCGAN-32/-28, A6).
+* ``embed_feature_generator``: a feature generator as the DaFKD paper describes the one it gives FedGen
+  (two embeddings, specs/dafkd.md §2.4 flag ``dafkd_embed``).
 """
 from __future__ import annotations
 
@@ -36,6 +38,30 @@ class FeatureGenerator(nn.Module):
         if y is None:
             raise ValueError("FeatureGenerator is conditional: pass labels y")
         return self.net(torch.cat([z, F.one_hot(y, self.num_classes).to(z.dtype)], dim=1))
+
+
+class EmbeddingFeatureGenerator(nn.Module):
+    """"Two embedding layers (for one-hot label vector and noise vector respectively) and the fully-connected
+    layer with LeakyReLU and BatchNorm layers" (DaFKD §4.1, specs/dafkd.md §3.4) with a feature output, as
+    DaFKD says FedGen ran (§2.4 flag ``dafkd_embed``): noise embedding Linear(noise_dim -> hidden) and label
+    embedding Linear(C -> hidden), concatenated -> Linear(2 hidden -> hidden) -> BatchNorm1d -> LeakyReLU(0.2)
+    -> Linear(hidden -> d). The widths are not printed: ``hidden`` is FedGen's. Default PyTorch init."""
+
+    def __init__(self, out_shape: tuple[int, ...], num_classes: int, noise_dim: int, hidden: int) -> None:
+        super().__init__()
+        (out_dim,) = out_shape
+        self.noise_dim = noise_dim
+        self.num_classes = num_classes
+        self.noise_embed = nn.Linear(noise_dim, hidden)
+        self.label_embed = nn.Linear(num_classes, hidden)
+        self.net = nn.Sequential(nn.Linear(2 * hidden, hidden), nn.BatchNorm1d(hidden), nn.LeakyReLU(0.2),
+                                 nn.Linear(hidden, out_dim))
+
+    def forward(self, z: torch.Tensor, y: torch.Tensor | None = None) -> torch.Tensor:
+        if y is None:
+            raise ValueError("EmbeddingFeatureGenerator is conditional: pass labels y")
+        label = self.label_embed(F.one_hot(y, self.num_classes).to(z.dtype))
+        return self.net(torch.cat([self.noise_embed(z), label], dim=1))
 
 
 class ConditionalImageGenerator(nn.Module):
@@ -75,19 +101,27 @@ class DCGANGenerator(nn.Module):
     -> ConvT(256 -> 128, k4, s2, p1) -> BN -> ReLU (8x8) -> ConvT(128 -> 64, k4, s2, p) -> BN -> ReLU
     -> ConvT(64 -> nc, k4, s2, p1, bias) -> Tanh, with p = 1 for 32x32 (16x16 -> 32x32) and p = 2 for
     28x28 (14x14 -> 28x28). Hidden ConvTs have no bias. Init: conv weights xavier_normal, BN weight
-    N(1, 0.02), BN bias 0 (specs/dafkd.md §1.6)."""
+    N(1, 0.02), BN bias 0 (specs/dafkd.md §1.6).
 
-    def __init__(self, out_shape: tuple[int, ...], num_classes: int = 0, noise_dim: int = 100) -> None:
+    Smaller images drop upsampling stages from the front of the widths (16x16: 128, 64; 8x8: 64), and
+    ``width`` (64) scales every hidden width (CPU proxies on the embedded 8x8 digits); the defaults at
+    32x32 and 28x28 are the paper's."""
+
+    def __init__(self, out_shape: tuple[int, ...], num_classes: int = 0, noise_dim: int = 100, width: int = 64) -> None:
         super().__init__()
         nc, h, w = out_shape
-        if (h, w) not in ((32, 32), (28, 28)):
-            raise ValueError(f"the DCGAN generator makes 32x32 or 28x28 images, got {out_shape}")
+        stages = {32: 3, 28: 3, 16: 2, 8: 1}.get(h)
+        if stages is None or h != w:
+            raise ValueError(f"the DCGAN generator makes 32x32, 28x28, 16x16 or 8x8 images, got {out_shape}")
         self.noise_dim = noise_dim
-        self.net = nn.Sequential(
-            nn.ConvTranspose2d(noise_dim, 256, 4, 1, 0, bias=False), nn.BatchNorm2d(256), nn.ReLU(),
-            nn.ConvTranspose2d(256, 128, 4, 2, 1, bias=False), nn.BatchNorm2d(128), nn.ReLU(),
-            nn.ConvTranspose2d(128, 64, 4, 2, 1 if h == 32 else 2, bias=False), nn.BatchNorm2d(64), nn.ReLU(),
-            nn.ConvTranspose2d(64, nc, 4, 2, 1), nn.Tanh())
+        widths = [width * 2 ** (stages - 1 - i) for i in range(stages)]
+        layers: list[nn.Module] = [nn.ConvTranspose2d(noise_dim, widths[0], 4, 1, 0, bias=False),
+                                   nn.BatchNorm2d(widths[0]), nn.ReLU()]
+        for i in range(1, stages):
+            padding = 2 if h == 28 and i == stages - 1 else 1
+            layers += [nn.ConvTranspose2d(widths[i - 1], widths[i], 4, 2, padding, bias=False),
+                       nn.BatchNorm2d(widths[i]), nn.ReLU()]
+        self.net = nn.Sequential(*layers, nn.ConvTranspose2d(widths[-1], nc, 4, 2, 1), nn.Tanh())
         for m in self.net.modules():
             if isinstance(m, nn.ConvTranspose2d):
                 nn.init.xavier_normal_(m.weight)
@@ -106,6 +140,13 @@ def fedgen_generator(in_shape: tuple[int, ...], num_classes: int, noise_dim: int
     return FeatureGenerator(in_shape, num_classes, noise_dim, hidden)
 
 
+@register_model("embed_feature_generator", example_input=((256,), 10), kind=GENERATOR)
+def embed_feature_generator(in_shape: tuple[int, ...], num_classes: int, noise_dim: int = 32,
+                            hidden: int = 256) -> nn.Module:
+    """Feature generator with separate noise and label embeddings (DaFKD's description; FedGen flag dafkd_embed)."""
+    return EmbeddingFeatureGenerator(in_shape, num_classes, noise_dim, hidden)
+
+
 @register_model("cond_image_generator", example_input=((3, 32, 32), 10), kind=GENERATOR)
 def cond_image_generator(in_shape: tuple[int, ...], num_classes: int, noise_dim: int = 100) -> nn.Module:
     """FedFTG conditional image generator CGeneratorA (G-cond), nz = 100."""
@@ -113,6 +154,6 @@ def cond_image_generator(in_shape: tuple[int, ...], num_classes: int, noise_dim:
 
 
 @register_model("dcgan_generator", example_input=((3, 32, 32), 10), kind=GENERATOR)
-def dcgan_generator(in_shape: tuple[int, ...], num_classes: int, noise_dim: int = 100) -> nn.Module:
+def dcgan_generator(in_shape: tuple[int, ...], num_classes: int, noise_dim: int = 100, width: int = 64) -> nn.Module:
     """DaFKD unconditional DCGAN generator (G-DCGAN-32 / -28), d = 100; num_classes is unused."""
-    return DCGANGenerator(in_shape, num_classes, noise_dim)
+    return DCGANGenerator(in_shape, num_classes, noise_dim, width)

@@ -1,7 +1,9 @@
 """A paper's figures of curves (``figures:`` in its definition, :class:`~bench.suites.paper.Figure`), drawn
 from the runs' records: accuracy against iterations, rounds, upstream volume or modelled time, one panel
 per column, one line per method (mean over seeds, min-max band), and each line's end point as a table
-for ``paper.md``. Nothing here is specific to one paper."""
+for ``paper.md``. Nothing here is specific to one paper. Every drawn paper figure, these and the ones a
+paper module computes (:meth:`~bench.suites.paper.Paper.figures`), reaches ``paper.md`` as a
+:class:`DrawnFigure`."""
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -17,6 +19,19 @@ from bench.suites.paper import Figure, ReportColumn
 
 X_LABELS = {"rounds": "round", "iterations": "iterations (rounds × τ)", "upload_mb": "upstream volume per client (MB)",
             "modelled_time": "modelled time (s)"}
+
+
+@dataclass(frozen=True)
+class DrawnFigure:
+    """A paper figure written to ``image``, as ``paper.md`` shows it: title, caption, the image and a table
+    (e.g. each line's end point; no rows: no table)."""
+
+    name: str
+    title: str
+    image: Path
+    caption: str = ""
+    header: tuple[str, ...] = ()
+    rows: tuple[tuple[str, ...], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -123,10 +138,9 @@ def draw_figure(suite: Suite, figure: Figure, panels: list[tuple[ReportColumn, l
     return atomic_write(path, lambda handle: fig.savefig(handle, format="png", dpi=110))
 
 
-def paper_figures(suite: Suite, runs: dict[RunKey, RunRecord], folder: Path,
-                  method_style: Style) -> list[tuple[str, Figure, Path, list[list[str]]]]:
-    """Draw every figure of the suite's paper that has a panel here: ``(name, figure, png, end-point rows)``,
-    a row per (panel, method): the final x and the final value (mean over seeds)."""
+def record_figures(suite: Suite, runs: dict[RunKey, RunRecord], folder: Path, method_style: Style) -> list[DrawnFigure]:
+    """Draw every figure of the suite's paper definition that has a panel here, with a row per (panel,
+    method): the final x and the final value (mean over seeds)."""
     if suite.paper is None:
         return []
     d = suite.paper.definition
@@ -138,7 +152,8 @@ def paper_figures(suite: Suite, runs: dict[RunKey, RunRecord], folder: Path,
         if not panels:
             continue
         path = draw_figure(suite, figure, panels, folder / f"paper_{name}.png", method_style)
-        rows = [[column.label, d.label(curve.method), f"{curve.final[0]:.4g}", f"{curve.final[1]:.4f}"]
-                for column, curves in panels for curve in curves]
-        out.append((name, figure, path, rows))
+        rows = tuple((column.label, d.label(curve.method), f"{curve.final[0]:.4g}", f"{curve.final[1]:.4f}")
+                     for column, curves in panels for curve in curves)
+        out.append(DrawnFigure(name, figure.title, path, figure.caption,
+                               ("column", "method", f"final {X_LABELS[figure.x]}", f"final {figure.metric}"), rows))
     return out

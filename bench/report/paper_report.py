@@ -6,8 +6,9 @@ results and on the paper's own tables.
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
-from bench.report.paper_figures import X_LABELS
+from bench.report.paper_figures import DrawnFigure
 from bench.report.pinned import PinnedFile
 from bench.report.runs import RunKey, RunRecord, statistic_value
 from bench.suites import Suite
@@ -23,9 +24,7 @@ def table_rows(suite: Suite, column: ReportColumn) -> list[str]:
     """The rows of a report column: the suite's methods that the paper prints in the column's table, or
     in none of its tables (extra rows, e.g. a code-mode variant), and that run on its setting."""
     d = suite.paper.definition  # type: ignore[union-attr]
-    printed = d.table_methods(column.table)
-    return [m for m in suite.params.methods
-            if (m in printed or m not in d.methods) and suite.runs_on(m, column.setting)]
+    return [m for m in suite.params.methods if d.shown(column.table, m) and suite.runs_on(m, column.setting)]
 
 
 def our_cells(suite: Suite, runs: dict[RunKey, RunRecord], columns: list[ReportColumn]) -> Cells:
@@ -87,21 +86,25 @@ def _measures_line(measures: dict[str, Measure], statistics: dict[str, Statistic
         for name, measure in measures.items()) + "."
 
 
-PaperFigure = tuple[str, Figure, str, list[list[str]]]
-"""A drawn figure: its name, definition, image path (relative to the report) and end-point rows."""
+def paper_results(suite: Suite, runs: dict[RunKey, RunRecord],
+                  summary: dict[str, dict[str, dict]]) -> tuple[list[ReportColumn], Cells, Results]:
+    """The report columns of the suite's settings, our cells (mean and spread) and our results."""
+    assert suite.paper is not None, "a paper report needs a suite with a paper"
+    columns = suite.paper.definition.columns_for(list(suite.params.settings))
+    cells = our_cells(suite, runs, columns)
+    return columns, cells, our_results(suite, columns, cells, summary)
 
 
 def paper_markdown(suite: Suite, runs: dict[RunKey, RunRecord], summary: dict[str, dict[str, dict]],
-                   pinned: PinnedFile | None, provenance: str = "", figures: list[PaperFigure] | None = None) -> str:
+                   pinned: PinnedFile | None, provenance: str = "", figures: list[DrawnFigure] | None = None) -> str:
     """The paper section of the report (``paper.md``); ``provenance``: the commits of the runs and of the
-    pinned file (provenance.py), placed before the tables; ``figures``: the paper's figures of curves
-    (paper_figures.py), after the tables."""
+    pinned file (provenance.py), placed before the tables; ``figures``: the paper's figures (images relative
+    to the report), after the tables."""
     paper = suite.paper
     assert paper is not None, "a paper report needs a suite with a paper"
     d = paper.definition
-    columns = d.columns_for(list(suite.params.settings))
-    cells = our_cells(suite, runs, columns)
-    ours, printed = our_results(suite, columns, cells, summary), paper.printed()
+    columns, cells, ours = paper_results(suite, runs, summary)
+    printed = paper.printed()
     seeds = suite.params.suite.seeds
     first = suite.config(next(iter(suite.params.methods)), columns[0].setting, seeds[0]) if columns else None
     dataset = first.dataset.name if first else "?"
@@ -114,14 +117,14 @@ def paper_markdown(suite: Suite, runs: dict[RunKey, RunRecord], summary: dict[st
     parts = [f"# {d.title} — paper tables, suite `{suite.name}`",
              *([protocol_line(suite.params.profile, first)] if first else []),
              (f"Each cell: ours (mean ± std over seeds {seeds}), the pinned mean, the paper's value ({d.source}) and "
-              f"the difference Δ{band_note}. Ranks: among the paper's {len(d.methods)} methods, ours and (in "
+              f"the difference Δ{band_note}. Ranks: among {d.ranked_among}, ours and (in "
               "brackets) the paper's."
               if ours.by_value else
               f"This profile runs the paper's methods and protocol on `{dataset}` instead of the paper's datasets, "
               f"so its numbers are not comparable with the paper's: each cell shows ours (mean ± std over seeds "
               f"{seeds}) and the pinned mean, and the paper's values ({d.source}) of the columns it stands for "
               f"({' / '.join(d.groups.values()) or 'in order'}) for orientation; the ranks (ours; paper per column "
-              f"it stands for, among the paper's {len(d.methods)} methods) and the claims below are the comparison.")
+              f"it stands for, among {d.ranked_among}) and the claims below are the comparison.")
              + (f" Not ranked (not rows of the paper's tables): {', '.join(unranked)}." if unranked else ""),
              "†: secondary statistic (optimistic: it selects on the test set). ‡: a printed value the spec "
              "doubts (low confidence).",
@@ -136,7 +139,9 @@ def paper_markdown(suite: Suite, runs: dict[RunKey, RunRecord], summary: dict[st
         if not cols:
             continue
         table_statistics = {m: measure.statistic for m, measure in table.measures.items()}
-        parts += [f"## {table.title}", _measures_line(table.measures, table_statistics)]
+        parts += [f"## {table.title}"]
+        if any(c.statistics == table_statistics for c in cols):  # else each column states its own
+            parts.append(_measures_line(table.measures, table_statistics))
         for column in cols:
             rows = []
             for method in table_rows(suite, column):
@@ -170,9 +175,10 @@ def paper_markdown(suite: Suite, runs: dict[RunKey, RunRecord], summary: dict[st
                 parts.append(_measures_line(table.measures, column.statistics))
             parts.append(markdown_table(header, rows))
 
-    for name, figure, image, rows in figures or []:
-        parts += [f"## {figure.title}", *([figure.caption] if figure.caption else []), f"![{name}]({image})",
-                  markdown_table(["column", "method", f"final {X_LABELS[figure.x]}", f"final {figure.metric}"], rows)]
+    for figure in figures or []:
+        parts += [f"## {figure.title}", *([figure.caption] if figure.caption else []),
+                  f"![{figure.name}]({figure.image})",
+                  *([markdown_table(list(figure.header), [list(r) for r in figure.rows])] if figure.rows else [])]
     parts += [_section(s) for s in paper.sections(suite, ours)]
     if band is not None:
         parts += [acceptance_section(d, ours, list(bands.values()))]
@@ -238,7 +244,7 @@ def ranking_section(paper: Paper, ours: Results, printed: Results) -> str:
     focus = d.proposed
     rows, mine, theirs = [], [], []
     for column in ours.columns:
-        if focus not in d.table_methods(column.table):
+        if focus not in d.rows(column.table):
             continue
         for m, measure in d.tables[column.table].measures.items():
             if not measure.ranked:
@@ -249,7 +255,7 @@ def ranking_section(paper: Paper, ours: Results, printed: Results) -> str:
             theirs += printed_ranks
             rows.append([column.label, measure.label, str(rank or "—"), " / ".join(map(str, printed_ranks)) or "—"])
     mean = lambda ranks: f"{sum(ranks) / len(ranks):.1f}" if ranks else "—"  # noqa: E731
-    return "\n\n".join([f"## {d.label(focus)}'s rank among the paper's {len(d.methods)} methods",
+    return "\n\n".join([f"## {d.label(focus)}'s rank among {d.ranked_among}",
                         f"Mean rank: ours {mean(mine)}, the paper's {mean(theirs)} (1 = best; the paper's ranks are "
                         "those of the columns each of ours stands for).",
                         markdown_table(["column", "measure", "ours", "paper"], rows)])

@@ -63,7 +63,8 @@ MEAN_ABS = 0.04
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # a target never reached (rounds to target) is inf: written as the string "Infinity" (strict JSON), read back
+    model_config = ConfigDict(extra="forbid", frozen=True, ser_json_inf_nan="strings")
 
 
 class Tolerance(_Strict):
@@ -106,11 +107,12 @@ def fingerprint(environment: dict, fields: tuple[str, ...] = FINGERPRINT) -> tup
 
 def seed_values(suite: Suite, runs: dict[RunKey, RunRecord], key: RunKey,
                 extra: Sequence[str] = ()) -> dict[str, float]:
-    """What is pinned of one run: each finite value of the suite's statistics for its setting and
-    of the statistics named ``extra`` (those a pinned file holds)."""
+    """What is pinned of one run: each value of the suite's statistics for its setting and of the
+    statistics named ``extra`` (those a pinned file holds); ``inf`` is a target never reached (rounds to a
+    target, specs/dafkd.md §3.6), pinned as such (JSON ``Infinity``)."""
     named = [*suite.statistics(key[1]), *(Statistic.model_validate(name) for name in extra)]
     unique = list({s.name: s for s in named}.values())
-    return {k: v for k, v in run_values(suite, runs, key, unique).items() if math.isfinite(v)}
+    return {k: v for k, v in run_values(suite, runs, key, unique).items() if not math.isnan(v)}
 
 
 def seed_means(per_seed: list[dict[str, float]]) -> dict[str, float]:
@@ -154,7 +156,7 @@ def pin(suite: Suite, path: Path, per_seed_abs: float | None = None, mean_abs: f
                         environment=pinned_environment(list(runs.values())),
                         tolerance=Tolerance(per_seed_abs=PER_SEED_ABS if per_seed_abs is None else per_seed_abs,
                                             mean_abs=MEAN_ABS if mean_abs is None else mean_abs), values=values)
-    return write_json(path, pinned.model_dump(mode="json"))
+    return write_json(path, json.loads(pinned.model_dump_json()))
 
 
 def pin_warnings(path: Path) -> list[str]:
@@ -224,7 +226,7 @@ class Row:
             return CHANGED
         if self.tolerance == 0.0:
             return OK if self.now == self.pinned else DRIFT
-        return OK if abs(self.now - self.pinned) <= self.tolerance else DRIFT
+        return OK if self.now == self.pinned or abs(self.now - self.pinned) <= self.tolerance else DRIFT  # inf == inf
 
     @property
     def failed(self) -> bool:

@@ -27,17 +27,19 @@ from __future__ import annotations
 
 import csv
 import io
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 
 from bench.fileio import atomic_write, write_json, write_text
-from bench.report.paper_figures import paper_figures
-from bench.report.paper_report import markdown_table, paper_markdown
+from bench.report.paper_figures import DrawnFigure, record_figures
+from bench.report.paper_report import markdown_table, paper_markdown, paper_results
 from bench.report.pinned import PinnedFile, default_pinned_path, load_pinned
 from bench.report.provenance import pinned_display_name, provenance_markdown
 from bench.report.runs import ACC_METRICS, RunRecord, diverged_runs, require_runs
 from bench.suites import Suite
+from bench.suites.paper import LineFigure
 from bench.suites.statistics import Statistic, mean_std
 
 STATISTICS = {"final": "final", "last5": "last5", "best": "max"}  # report name -> statistic's rounds
@@ -118,7 +120,7 @@ def summary_markdown(suite: Suite, table: dict, runs: dict[tuple[str, str, int],
              *([provenance] if provenance else []),
              ("Accuracy in %, mean ± sample std over seeds. **final**: the last round; **last-5**: the mean "
               "of the last 5 rounds; **best†**: the best round (secondary: optimistic, it selects on the "
-              "test set). — : the method has no such model. (k/n diverged): k of the cell's n seeds diverged "
+              "test set). — : the method has no such model, or does not run on that setting. (k/n diverged): k of the cell's n seeds diverged "
               "(loss or parameters NaN, inf or exploded; their failure.json says when) and the statistics "
               "are over the others.")]
     for metric in ACC_METRICS:
@@ -240,6 +242,64 @@ def plot_curves(rounds: np.ndarray, curves: dict[tuple[str, str], np.ndarray], t
     atomic_write(path, lambda handle: fig.savefig(handle, format="png", dpi=110))
 
 
+def line_figure(figure: LineFigure, labels: dict[str, str], order: list[str]):  # -> Figure
+    """A paper figure (bench/suites/paper.py): one panel per :class:`Panel`, one line per method in the suite's
+    colours (markers at the points; with ``fit``, the points and a least-squares cubic through them)."""
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(4.2 * len(figure.panels) + 1.8, 3.8), layout="constrained")
+    axes = fig.subplots(1, len(figure.panels), squeeze=False)[0]
+    handles = {}
+    for ax, panel in zip(axes, figure.panels):
+        for method, points in panel.series.items():
+            if not points:
+                continue
+            colour, style = method_style(order.index(method) if method in order else len(order))
+            x, y = np.array(points, dtype=float).T
+            if panel.fit and len(x) > 3:
+                ax.scatter(x, y, color=colour, s=12)
+                grid = np.linspace(x.min(), x.max(), 100)
+                handles[method], = ax.plot(grid, np.polyval(np.polyfit(x, y, 3), grid), color=colour, linestyle=style)
+            else:
+                handles[method], = ax.plot(x, y, color=colour, linestyle=style, marker="o", markersize=3)
+        if panel.log_x:
+            ax.set_xscale("log")
+        ax.set(xlabel=figure.x_label, ylabel=figure.y_label, title=panel.title)
+        ax.grid(alpha=0.3)
+    methods = [m for m in order if m in handles] + [m for m in handles if m not in order]
+    fig.legend([handles[m] for m in methods], [labels.get(m, m) for m in methods], loc="outside right upper",
+               fontsize="small", title="method")
+    fig.suptitle(figure.title, fontsize="medium")
+    return fig
+
+
+def computed_figures(suite: Suite, runs: dict[tuple[str, str, int], RunRecord], table: dict,
+                     folder: Path) -> list[DrawnFigure]:
+    """The figures the suite's paper module computes (:meth:`~bench.suites.paper.Paper.figures`), as
+    ``paper_<name>.png``."""
+    paper = suite.paper
+    if paper is None:
+        return []
+    _, _, ours = paper_results(suite, runs, table)
+    by_setting = {s: setting_curves(suite, runs, s) for s in suite.params.settings}
+
+    def curve(method: str, setting: str) -> list[tuple[int, float]]:
+        rounds, curves = by_setting[setting]
+        values = curves.get((method, "global_acc"))
+        if values is None:
+            return []
+        mean = values.mean(axis=0)
+        return [(int(r), float(v)) for r, v in zip(rounds, mean) if not np.isnan(v)]
+
+    written = []
+    for figure in paper.figures(ours, curve):
+        fig = line_figure(figure, {m: paper.definition.label(m) for m in suite.methods}, suite.methods)
+        path = folder / f"paper_{figure.name}.png"
+        atomic_write(path, lambda handle, fig=fig: fig.savefig(handle, format="png", dpi=110))
+        written.append(DrawnFigure(figure.name, figure.title, path))
+    return written
+
+
 def partition_figures(suite: Suite, folder: Path) -> list[Path]:
     """Each setting's partition figure (the client x class heatmap of FedHKD Figs. 1-3, or the
     figure its scheme's paper uses)."""
@@ -269,14 +329,15 @@ def write_report(suite: Suite, out: Path | None = None) -> list[Path]:
         plot_curves(rounds, curves, f"{suite.name}: {setting}", out / "figures" / f"curves_{setting}.png")
         written.append(out / "figures" / f"curves_{setting}.png")
     written += partition_figures(suite, out / "figures")
-    figures = paper_figures(suite, runs, out / "figures", method_style)
-    written += [path for _, _, path, _ in figures]
+    figures = record_figures(suite, runs, out / "figures", method_style) + computed_figures(suite, runs, table,
+                                                                                          out / "figures")
+    written += [figure.image for figure in figures]
     _remove_stale(out, written)
     images = [str(p.relative_to(out)) for p in written if p.suffix == ".png" and not p.name.startswith("paper_")]
     written.append(write_text(out / "summary.md", summary_markdown(suite, table, runs, images, provenance)))
     if suite.paper is not None:
         written.append(write_text(out / "paper.md", paper_markdown(suite, runs, table, pinned, provenance, [
-            (name, figure, str(path.relative_to(out)), rows) for name, figure, path, rows in figures])))
+            replace(figure, image=figure.image.relative_to(out)) for figure in figures])))
     return written
 
 

@@ -83,9 +83,12 @@ def has_statistic(suite: Suite, pinned: PinnedFile | None, method: str, statisti
 def default_baselines(suite: Suite, pinned: PinnedFile | None, method: str,
                       statistic: Statistic) -> tuple[list[str], list[str]]:
     """Every pinned method (or, without a pinned file, every suite method) but ``method``: those that
-    have the statistic, and those left out because they have none."""
+    have the statistic on every setting, and those left out because they have none (or run on some
+    settings only: a method's ``settings``)."""
     candidates = [m for m in (pinned.values if pinned else suite.params.methods) if m != method]
-    kept = [m for m in candidates if has_statistic(suite, pinned, m, statistic)]
+    everywhere = set(suite.params.settings)
+    kept = [m for m in candidates if has_statistic(suite, pinned, m, statistic)
+            and (set(pinned.values[m]) if pinned else set(suite.settings_of(m))) >= everywhere]
     return kept, [m for m in candidates if m not in kept]
 
 
@@ -121,8 +124,9 @@ def _pooled_std(groups: list[np.ndarray]) -> float:
 
 def sensitivity(pinned: PinnedFile, statistic: Statistic) -> Sensitivity:
     """The suite's sensitivity for ``statistic`` over its pinned methods that have it."""
-    values = {m: pinned_values(pinned, m, statistic) for m in pinned.values
-              if all(statistic.name in e.values for c in pinned.values[m].values() for e in c.seeds.values())}
+    widest = max(len(cells) for cells in pinned.values.values())  # methods pinned on some settings only are left out
+    values = {m: pinned_values(pinned, m, statistic) for m in pinned.values if len(pinned.values[m]) == widest
+              and all(statistic.name in e.values for c in pinned.values[m].values() for e in c.seeds.values())}
     if len(values) < 2:
         raise BenchError(f"suite {pinned.suite}: fewer than two pinned methods have {statistic.name}")
     pairs = sorted(next(iter(values.values())))
@@ -261,7 +265,8 @@ def versus_markdown(v: Versus, figure: str | None) -> str:
              "rank sum; zero differences dropped) and its p-value; Holm: adjusted across the baselines. Verdict at "
              f"{ALPHA:g} after Holm.",
              *(["**Too few pairs:**", "\n".join(notes)] if notes else []),
-             *([f"Not compared (no `{v.statistic.name}`): {', '.join(v.skipped)}."] if v.skipped else []),
+             *([f"Not compared (no `{v.statistic.name}` on every setting): {', '.join(v.skipped)}."]
+               if v.skipped else []),
              markdown_table(["baseline", "pairs", "mean diff", "interval", "W / T / L", "Wilcoxon", "p", "Holm p",
                              "verdict"], rows),
              "## Mean difference per setting (over seeds)",

@@ -152,12 +152,14 @@ def evaluation_rounds(config: ExperimentConfig) -> set[int]:
 
 
 def sample_clients(config: ExperimentConfig, round_index: int) -> list[int]:
-    """Clients taking part in ``round_index``: all, or a seeded sample of ``fraction`` (sorted)."""
-    n = config.partition.num_clients
-    if config.participation.fraction >= 1.0:
+    """Clients taking part in ``round_index``: all, or a sample of ``fraction`` (sorted) seeded by the run seed,
+    or by ``participation.seed`` when given (the same schedule for every run seed)."""
+    n, participation = config.partition.num_clients, config.participation
+    if participation.fraction >= 1.0:
         return list(range(n))
-    k = max(1, round(config.participation.fraction * n))
-    chosen = numpy_stream(config.seed, "participation", round_index).choice(n, size=k, replace=False)
+    k = max(1, round(participation.fraction * n))
+    seed = config.seed if participation.seed is None else participation.seed
+    chosen = numpy_stream(seed, "participation", round_index).choice(n, size=k, replace=False)
     return sorted(int(c) for c in chosen)
 
 
@@ -187,8 +189,9 @@ def evaluate(ctx: Context, algorithm: Algorithm, server: Server, clients: list[C
     records: list[tuple[str, int | None, float]] = []
     drop_last = ctx.config.training.drop_last
     for evaluation in evaluations:
-        if evaluation.model == "global":
-            model = algorithm.global_model(server)
+        if evaluation.model in ("global", "method"):
+            model = (algorithm.global_model(server) if evaluation.model == "global"
+                     else algorithm.method_model(evaluation.metric, server, clients))
             if model is not None:
                 row[evaluation.metric] = accuracy(ctx, model, test_x, test_y, False, round_index, evaluation.metric)
                 records.append((evaluation.metric, None, row[evaluation.metric]))

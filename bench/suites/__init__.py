@@ -12,14 +12,19 @@ A suite is described by a params file (the root ``params.yaml`` for the default 
                [<the methods run on this setting>, ...], default every method>, ...}      # columns
     methods:  {<method>: {name: <algorithm, default: the key>, <hyperparameters>...,        # rows
                           config: <optional: overlay of any config section, e.g. {training: {local_steps: 5}}>,
-                          needs: <optional: [<method whose run this one needs>, ...]>}, ...}
+                          needs: <optional: [<method whose run this one needs>, ...]>,
+                          settings: <optional: [<setting>, ...], the only settings it runs on>,
+                          per_setting: <optional: {<setting>: {<hyperparameter>: value, config: <overlay>}}>}, ...}
     profile:  <optional: the name of one entry of `profiles`>
     figures:  {<figure>: <config overlay of a partition to draw; `plot: heatmap|bubbles`>, ...}   # optional
-    profiles: {<profile>: {suite: <deep-merged>, settings/methods/figures: <replace>}}
+    profiles: {<profile>: {suite: <deep-merged>, settings/methods/figures: <replace>,
+                           overlay: {settings/methods: {<name>: <deep-merged into that entry>}}}}
 
-A run is ``(method, setting, seed)`` for every method the setting runs (its ``methods``, default all: a
-paper whose tables give each column some of the rows); its config is ``base`` deep-merged with the setting's overlay
-and the method's ``config`` overlay, then the method's algorithm section and the seed;
+A run is ``(method, setting, seed)`` wherever the method runs: on every setting unless the setting names
+its ``methods`` (a paper table whose column has fewer rows) or the method names its ``settings`` (a
+sensitivity study of one method, an ablation on some columns); both lists filter. Its config is ``base``
+deep-merged with the setting's overlay, the method's ``config`` overlay and its ``per_setting`` entry for
+the setting, then the method's algorithm section and the seed;
 ``evaluation.every_iterations: I`` evaluates every I / training.local_steps rounds. ``budget``
 (in ``base``, a setting or a method's ``config``; the last one given wins) sets the training
 length: ``{rounds: R}``, or ``{iterations: I}`` for R = I / training.local_steps (FedAL's
@@ -45,11 +50,11 @@ from bench.config import ExperimentConfig, apply_overrides, describe_validation,
 from bench.experiment import build_config
 from bench.runner.executor import RunRequest
 from bench.errors import BenchError
-from bench.suites import fedal, fedhkd
+from bench.suites import dafkd, fedal, fedhkd
 from bench.suites.paper import Paper
 from bench.suites.statistics import Statistic
 
-PAPERS: dict[str, Paper] = {paper.definition.name: paper for paper in (fedhkd.PAPER, fedal.PAPER)}
+PAPERS: dict[str, Paper] = {paper.definition.name: paper for paper in (fedhkd.PAPER, fedal.PAPER, dafkd.PAPER)}
 DEFAULT_STATISTICS = ("final_global_acc", "last5_global_acc", "final_local_acc", "last5_local_acc")
 
 
@@ -88,15 +93,26 @@ class Method(BaseModel):
     name: str | None = Field(None, description="the algorithm (default: the method's key)")
     config: dict[str, Any] = Field(default_factory=dict)
     needs: list[str] = Field(default_factory=list)
+    settings: list[str] | None = Field(None, min_length=1, description=(
+        "the settings this method runs on (a sensitivity study, an ablation's columns); None: every setting"))
+    per_setting: dict[str, dict[str, Any]] = Field(default_factory=dict, description=(
+        "hyperparameters (and a `config` overlay) that differ on some settings, e.g. FedGen's EMNIST values or "
+        "FedDF's public set of 10 % of each dataset; over the method's own"))
 
     @model_validator(mode="after")
     def _no_algorithm_overlay(self) -> Method:
-        if "algorithm" in self.config:
+        overlays = [self.config, *(layer.get("config") or {} for layer in self.per_setting.values())]
+        if any("algorithm" in overlay for overlay in overlays):
             raise ValueError("config.algorithm: put the algorithm's keys beside `name`, not under `config`")
         return self
 
-    def algorithm(self, key: str) -> dict[str, Any]:
-        return {**(self.model_extra or {}), "name": self.name or key}
+    def algorithm(self, key: str, setting: str | None = None) -> dict[str, Any]:
+        specific = {k: v for k, v in self.per_setting.get(setting or "", {}).items() if k != "config"}
+        return {**(self.model_extra or {}), **specific, "name": self.name or key}
+
+    def overlay(self, setting: str) -> dict[str, Any]:
+        """The method's config overlay on ``setting``: its ``config``, then that setting's ``per_setting`` one."""
+        return deep_merge(self.config, self.per_setting.get(setting, {}).get("config", {}))
 
 
 class Budget(BaseModel):
@@ -170,16 +186,25 @@ class Suite:
             if unknown := [m for m in overlay.get("methods") or () if m not in p.methods]:
                 raise BenchError(f"suite {self.name}: setting {setting} names methods {unknown} that the suite does "
                                  f"not have (methods: {', '.join(p.methods)})")
-        for method in p.methods:
+        for method, entry in p.methods.items():
+            for field in ("settings", "per_setting"):
+                if unknown := [s for s in getattr(entry, field) or () if s not in p.settings]:
+                    raise BenchError(f"suite {self.name}: method {method} lists settings {unknown} that are not "
+                                     f"settings of the suite ({', '.join(p.settings)}); fix its `{field}`")
             for needed in self.dependencies(method):
                 if needed not in p.methods:
                     raise BenchError(f"suite {self.name}: method {method} needs the runs of {needed!r} (`needs`, or "
                                      f"a statistic comparing with it), which is not a method; add it to methods")
+                if missing := [s for s in self.settings_of(method) if s not in self.settings_of(needed)]:
+                    raise BenchError(f"suite {self.name}: method {method} needs the runs of {needed} on {missing}, "
+                                     f"where {needed} does not run; add them to its `settings`")
 
     def runs_on(self, method: str, setting: str) -> bool:
-        """Whether the suite runs ``method`` on ``setting``: the setting's ``methods``, default every method."""
+        """Whether the suite runs ``method`` on ``setting``: the setting names it in its ``methods`` (default:
+        every method) and the method names the setting in its ``settings`` (default: every setting)."""
         chosen = self.params.settings[setting].get("methods")
-        return chosen is None or method in chosen
+        only = self.params.methods[method].settings
+        return (chosen is None or method in chosen) and (only is None or setting in only)
 
     def settings_of(self, method: str) -> list[str]:
         """The settings ``method`` runs on, in the suite's order."""
@@ -199,7 +224,7 @@ class Suite:
 
     def dependencies(self, method: str) -> list[str]:
         """The methods whose run (same setting and seed) this method's statistics or ``needs`` use."""
-        references = [s.reference for setting in self.params.settings for s in self.statistics(setting)
+        references = [s.reference for setting in self.settings_of(method) for s in self.statistics(setting)
                       if s.reference is not None]
         return [m for m in dict.fromkeys([*self.params.methods[method].needs, *references]) if m != method]
 
@@ -227,8 +252,8 @@ class Suite:
             raise BenchError(f"suite {self.name} has no method {method!r}; methods: {', '.join(p.methods)}")
         if setting not in p.settings:
             raise BenchError(f"suite {self.name} has no setting {setting!r}; settings: {', '.join(p.settings)}")
-        raw, budget = _merge([p.suite.base, p.settings[setting], p.methods[method].config])
-        raw["algorithm"] = p.methods[method].algorithm(method)
+        raw, budget = _merge([p.suite.base, p.settings[setting], p.methods[method].overlay(setting)])
+        raw["algorithm"] = p.methods[method].algorithm(method, setting)
         raw["seed"] = seed
         raw["name"] = f"{self.name}-{method}-{setting}"
         raw.setdefault("tracking", {})["experiment"] = f"suite-{self.name}"
@@ -308,6 +333,15 @@ def load_suite(params_file: str | Path, root: str | Path | None = None,
         overlay = profiles[profile]
         raw = {**raw, "suite": deep_merge(raw.get("suite", {}), overlay.get("suite", {})),
                **{k: overlay[k] for k in ("settings", "methods", "figures") if k in overlay}}
+        for section, entries in (overlay.get("overlay") or {}).items():
+            if section not in ("settings", "methods") or not isinstance(entries, dict):
+                raise BenchError(f"suite params file {path}: profiles.{profile}.overlay.{section}: only settings and "
+                                 "methods entries can be overlaid")
+            if unknown := [name for name in entries if name not in (raw.get(section) or {})]:
+                raise BenchError(f"suite params file {path}: profiles.{profile}.overlay.{section}: {unknown} are not "
+                                 f"{section} of the suite")
+            raw[section] = {**raw[section], **{name: deep_merge(raw[section][name], layer)
+                                               for name, layer in entries.items()}}
     try:
         params = SuiteParams.model_validate(raw)
     except ValidationError as exc:

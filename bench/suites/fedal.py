@@ -21,7 +21,7 @@ class FedAL(Paper):
         acc = results.value
 
         def best_other(method: str, column: ReportColumn, table: str) -> float | None:
-            values = [acc(m, column, "acc") for m in d.table_methods(table) if m != method]
+            values = [acc(m, column, "acc") for m in d.rows(table) if m != method]
             present = [v for v in values if v is not None]
             return max(present) if present else None
 
@@ -44,7 +44,7 @@ class FedAL(Paper):
             pairs_claim("FedAL beats FedMD in every column of Tables IV-VII (the AL and LF components)",
                         [(acc("fedal", c, "acc"), acc("fedmd_fedal", c, "acc")) for c, _ in black_box], "all"),
             pairs_claim("FedMD is second on CINIC-10: above every baseline but FedAL in Table V (R6)",
-                        [(acc("fedmd_fedal", c, "acc"), max((v for m in d.table_methods("table5")
+                        [(acc("fedmd_fedal", c, "acc"), max((v for m in d.rows("table5")
                                                              if m not in ("fedal", "fedmd_fedal")
                                                              and (v := acc(m, c, "acc")) is not None),
                                                             default=None)) for c in table5], "all"),

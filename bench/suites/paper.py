@@ -16,6 +16,7 @@ report sections (e.g. FedHKD's Params and Time columns). The report renders any 
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol
@@ -95,6 +96,8 @@ class Acceptance(_Strict):
 
     source: str = Field(description="where the band is stated")
     measures: list[str] = Field(min_length=1, description="the measures checked (keys of the tables' measures)")
+    groups: list[str] | None = Field(None, description="the column groups checked (e.g. the datasets the band is "
+                                                       "stated for); None: every column")
     within: float = Field(gt=0)
     tight: float | None = Field(None, gt=0)
 
@@ -178,6 +181,7 @@ class PaperDefinition(_Strict):
     figures: dict[str, Figure] = Field(default_factory=dict, description="curves drawn from the records")
     _values: dict[CellKey, float | None] = PrivateAttr(default_factory=dict)
     _extra: dict[tuple[str, str | None, str], float | None] = PrivateAttr(default_factory=dict)
+    _rows: dict[str, list[str]] = PrivateAttr(default_factory=dict)
 
     @classmethod
     def load(cls, path: Path) -> PaperDefinition:
@@ -244,19 +248,30 @@ class PaperDefinition(_Strict):
                     self._values[cell] = value
                 for extra, value in zip(block.extra, row[len(cells):]):
                     self._extra[extra, block.group, method] = value
-        for method in dict.fromkeys(m for block in table.printed for m in block.rows):
+        self._rows[name] = [m for m in self.methods if any(m in block.rows for block in table.printed)]
+        for method in self._rows[name]:
             if missing := [(c, m) for c in table.columns for m in table.measures if (method, c, m) not in self._values]:
                 raise ValueError(f"tables.{name}: {method} has no printed value for (column, measure) {missing}; "
                                  "transcribe it (null where the paper prints none)")
 
+    def rows(self, table: str) -> list[str]:
+        """The methods the table prints (its rows, in ``methods`` order): ranks in its columns are among them."""
+        return self._rows[table]
+
+    @property
+    def ranked_among(self) -> str:
+        """Who ranks are among, in words: the paper's methods when every table prints them all."""
+        if all(len(rows) == len(self.methods) for rows in self._rows.values()):
+            return f"the paper's {len(self.methods)} methods"
+        return "the rows of each table"
+
+    def shown(self, table: str, method: str) -> bool:
+        """Whether a suite method appears in the table's columns: a row of it, or a row of no table (an extra
+        such as a code-mode variant, shown unranked)."""
+        return method in self._rows[table] or not any(method in rows for rows in self._rows.values())
+
     def label(self, method: str) -> str:
         return self.methods.get(method) or self.labels.get(method, method)
-
-    def table_methods(self, table: str) -> list[str]:
-        """The methods the paper prints in ``table`` (its rows), in the order of ``methods``: ranks in a
-        column are among these."""
-        rows = {m for block in self.tables[table].printed for m in block.rows}
-        return [m for m in self.methods if m in rows]
 
     def value(self, method: str, column: str, measure: str) -> float | None:
         """The printed value of a cell (None: not printed)."""
@@ -339,10 +354,11 @@ class Results:
         return sum(values) / len(values) if values else None
 
     def rank(self, method: str, column: ReportColumn | None, measure: str) -> int | None:
-        """1 + the number of the table's methods (the rows the paper prints in it) strictly better in this
-        cell; None for a method that is not one of them (unranked) or has no value here."""
+        """1 + the number of the table's rows (the methods the paper prints in it) strictly better in this
+        cell; None for a method that is not one of them (unranked), has no value here, or a measure that is
+        not ranked."""
         mine = self.value(method, column, measure)
-        rows = self.paper.table_methods(column.table) if column is not None else []
+        rows = [] if column is None else self.paper.rows(column.table)
         if column is None or mine is None or method not in rows or not self.paper.tables[column.table].measures[
                 measure].ranked:
             return None
@@ -401,17 +417,17 @@ class BandCell:
 
 def band_cells(definition: PaperDefinition, ours: Results) -> list[BandCell]:
     """The cells of ``ours`` the acceptance band applies to: the paper's own columns (not analogues),
-    the band's measures, the paper's rows, both values present, not low-confidence."""
+    the band's measures and groups, the table's rows, both values present, not low-confidence."""
     band = definition.acceptance
     if band is None:
         return []
     out = []
     for column in ours.columns:
-        if not column.exact:
+        if not column.exact or (band.groups is not None and definition.column(column.key).group not in band.groups):
             continue
         measures = definition.tables[column.table].measures
         for name in (m for m in band.measures if m in measures):
-            for method in definition.methods:
+            for method in definition.rows(column.table):
                 mine, printed = ours.value(method, column, name), definition.value(method, column.key, name)
                 if mine is not None and printed is not None and \
                         (method, column.key, name) not in definition.low_confidence:
@@ -429,8 +445,35 @@ class Section:
     rows: list[list[str]]
 
 
+@dataclass(frozen=True)
+class Panel:
+    """One panel of a :class:`LineFigure`: per method, its (x, y) points in x order; ``fit`` also draws a
+    least-squares cubic through each method's points (a "fitted learning curve")."""
+
+    title: str
+    series: dict[str, list[tuple[float, float]]]
+    log_x: bool = False
+    fit: bool = False
+
+
+@dataclass(frozen=True)
+class LineFigure:
+    """A figure of the paper the report draws (``figures/paper_<name>.png``), e.g. accuracy against α."""
+
+    name: str
+    title: str
+    x_label: str
+    y_label: str
+    panels: list[Panel]
+
+
+Curve = Callable[[str, str], list[tuple[int, float]]]
+"""``(method, setting) -> [(round, value)]``: the mean over seeds of the global accuracy at each evaluated
+round (empty where the method has no finished run there)."""
+
+
 class Paper:
-    """A paper's definition and code; a paper module subclasses it to add claims and sections."""
+    """A paper's definition and code; a paper module subclasses it to add claims, sections and figures."""
 
     def __init__(self, definition: PaperDefinition) -> None:
         self.definition = definition
@@ -445,4 +488,9 @@ class Paper:
 
     def sections(self, suite: SuiteView, ours: Results) -> list[Section]:
         """Report sections beyond the tables, e.g. FedHKD's Params and Time columns."""
+        return []
+
+    def figures(self, ours: Results, curve: Curve) -> list[LineFigure]:
+        """The paper's figures drawn from our results (e.g. accuracy against α from a table's cells) and
+        learning curves."""
         return []

@@ -1,0 +1,573 @@
+"""DaFKD — Wang, Li, Xu, Li, Zhan, Zeng, "DaFKD: Domain-aware Federated Knowledge Distillation", CVPR 2023
+(specs/dafkd.md).
+
+Client k (Algorithm 1 lines 16-26, §1.3-§1.4) receives the global extractor φ and classifier head h_c and
+the generator θ^g; its domain head h_d^k stays its own (a personal parameter: never averaged, never
+overwritten; every client starts from the common initial head, A10, A21). On each mini-batch (x, y),
+with x̂ = G_k(z), z ~ N(0, I) (B fake samples, detached), f = σ(h_d(φ(·))):
+
+    (9)  min_{φ, h_c, h_d}  CE(h_c(φ(x)), y) + L_adv
+    (2)  L_adv = −[Σ_x log f(x) + Σ_x̂ log(1 − f(x̂))] / (|x| + |x̂|)
+    (3)  min_{G_k}  −mean_z log f(G_k(z))          (non-saturating, [C], A7)
+
+then one generator step on fresh noise (the discriminator's gradients are not kept), and uploads φ, h_c,
+h_d^k and G_k. The real and fake batches pass the extractor separately (§7, BatchNorm).
+
+Server: ŵ = Σ ω_k w_k (Eq. 6), θ^g = Σ ω_k θ_k^g (Eq. 4), ω_k = n_k/Σn (A12; ``weighting: uniform`` 1/K_t),
+BatchNorm buffers included; D̂^g = ``distill_batches`` batches of G(z) with fresh noise, G in train mode
+(A9: the aggregated θ_{t+1}^g, A11); then with the clients' models in eval mode (A11)
+
+    (7)  α̂_{k,i} = f_k(x_i) / Σ_{j∈S_t} f_j(x_i)      computed as softmax_k(logsigmoid(h_d^k(φ_k(x_i)))) (§7)
+    (8)  min over ŵ's φ, h_c:  τ²·mean_i KL(Σ_k α̂_{k,i} softmax(z_k(x_i)/τ) ‖ softmax(s(x_i)/τ))
+
+for ``distill_epochs`` passes over D̂^g (Adam, lr 1e-2, the student in train mode), τ = 20 ([C] script, A4),
+1,280 samples and 1,600 steps per round (A5); round 1 has no distillation (the generator is untrained, A25).
+
+Variants (Table 3, §1.5): ``correlation: uniform`` is DaFKD^{no-correlation} (α̂ = 1/K_t, everything else
+unchanged); ``sharing: separate`` is DaFKD^{no-sharing}: the classifier trains on CE alone and a separate
+discriminator D_k (``dafkd_discriminator``, the official ``model/gan.py``; persistent per client, uploaded
+in full, common initial weights) plays Eqs. 2-3 against G_k and gives α̂. Other readings, each a
+parameter: the conditional generator G-cond fed a random label (``generator: cond``, A6), the literal
+saturating Eq. 3 (``gen_loss: saturating``, A7), distillation without the first-round skip
+(``skip_first_distill: false``). E counts epochs or steps as the run's ``training`` section says (A1).
+
+``mode: code`` switches to the released code's behaviour (§1.7); an explicitly given switch wins:
+
+    switch            paper          code       what (§1.7, §1.8)
+    local_gan         always         early      §1.7.2: the adversarial term only in rounds 1-3 and the generator
+                                                step only in rounds 1-5, both only in local epochs 1-5; the
+                                                generator's forward still runs (its BatchNorm statistics and the
+                                                extractor's move as in the code; here before the classifier
+                                                step's update rather than after it)
+    adv_loss          joint          separate   §1.7.4: Eq. 2's one mean over real and fake, or BCE(real) + BCE(fake)
+    gradient_penalty  0              0.3        §1.7.4: λ·mean((‖∇_x̃ f(x̃)‖₂ over dim 1 − 1)²), x̃ = u·x + (1−u)·x̂
+    head              personal       shared     §1.7.3, A10: one head that each client continues in turn (the
+                                                clients train one after another in a seeded order)
+    distill_gen       post_round     pre_round  §1.7.6, A9: D̂^g from θ_{t+1}^g, or from the round's θ_t^g
+    teacher           probabilities  logits     §1.7.8, A8: Σ α̂ softmax(z/τ), or softmax(Σ α̂ z / τ)
+    kd_reduction      batchmean      mean       §1.7.8: KL summed over classes, or KLDivLoss 'mean' (÷ C too)
+    distill_schedule  constant       plateau    §1.7.9: ReduceLROnPlateau(0.2, patience 2) on the running mean
+                                                distillation loss, per distillation epoch
+    local_schedule    constant       plateau    §1.6: the same on the client's optimiser per local epoch, on the
+                                                running mean of each epoch's last-batch cross-entropy (as coded)
+    server_bn         eval           train      §1.7.12, A11: client models in eval mode for α̂ and the teacher,
+                                                or in train mode (batch statistics; their buffers untouched)
+
+The code's hyperparameters (lr 1e-4 local and distillation, no weight decay on the classifier, 1e-4 on the
+generator) are the run's: the suite's code row sets them. The code's other protocol differences — its
+Dirichlet-partitioned, ``drop_last`` test loaders (§1.7.15), binarised MNIST-type images (A15), the
+2-D noise bug (§1.7.16) — are not reproduced. Every run logs the diagnostics of §6 R10 and §7: the
+accuracy on the test set of the α̂-weighted and of the uniform ensemble of the round's client models
+(``ensemble_acc``, ``uniform_ensemble_acc``; α̂ from the clients' discriminators on the test images) and
+of ŵ before distillation (``pre_kd_acc``); per round the mean entropy and maximum of α̂ on D̂^g, the mean
+discriminator outputs on real and fake samples, the generator and distillation losses.
+"""
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any, Literal
+
+import torch
+import torch.nn.functional as F
+from pydantic import Field, model_validator
+from torch import nn
+from torch.func import functional_call
+
+from bench.algorithms import register_algorithm
+from bench.algorithms.base import AveragingParams, ParameterAveraging, with_mode_defaults
+from bench.engine.aggregate import copy_state, load_state, weighted_average
+from bench.engine.context import Context
+from bench.engine.evaluation import Evaluation
+from bench.engine.loop import Loop, Step, adversarial_loop
+from bench.engine.state import Client, NoState, Server, Update
+from bench.errors import BenchError
+from bench.models import build_model
+
+HEAD = "discriminator."  # the state-dict prefix of the domain head h_d on dafkd_resnet11
+EARLY_D_ROUNDS, EARLY_G_ROUNDS, EARLY_EPOCHS = 3, 5, 5  # §1.7.2: round_idx < 3 / < 5 and epoch < 5, 0-based
+ENSEMBLE_ACC = Evaluation("ensemble_acc", "method", "global_test")
+UNIFORM_ENSEMBLE_ACC = Evaluation("uniform_ensemble_acc", "method", "global_test")
+PRE_KD_ACC = Evaluation("pre_kd_acc", "method", "global_test")
+
+MODE_DEFAULTS: dict[str, dict[str, Any]] = {
+    "paper": {"local_gan": "always", "adv_loss": "joint", "gradient_penalty": 0.0, "head": "personal",
+              "distill_gen": "post_round", "teacher": "probabilities", "kd_reduction": "batchmean",
+              "distill_schedule": "constant", "local_schedule": "constant", "server_bn": "eval"},
+    "code": {"local_gan": "early", "adv_loss": "separate", "gradient_penalty": 0.3, "head": "shared",
+             "distill_gen": "pre_round", "teacher": "logits", "kd_reduction": "mean",
+             "distill_schedule": "plateau", "local_schedule": "plateau", "server_bn": "train"},
+}
+"""The switches each ``mode`` sets unless given explicitly (paper: §1.4 profile P; code: §1.7)."""
+
+
+class DaFKDParams(AveragingParams):
+    mode: Literal["paper", "code"] = Field("paper", description="defaults of the switches: paper or released code")
+    correlation: Literal["discriminator", "uniform"] = Field(
+        "discriminator", description="α̂ from the domain discriminators (Eq. 7), or 1/K_t (DaFKD^no-correlation)")
+    sharing: Literal["shared", "separate"] = Field(
+        "shared", description="discriminator head on the classifier's extractor, or a separate network "
+                              "(DaFKD^no-sharing)")
+    generator: Literal["dcgan", "cond"] = Field("dcgan", description="G-DCGAN, or G-cond fed a random label (A6)")
+    noise_dim: int = Field(100, ge=1, description="d, the generator's noise dimension")
+    generator_width: int = Field(64, ge=1, description="the DCGAN generator's smallest hidden width (64 as printed)")
+    generator_lr: float = Field(1e-3, gt=0)
+    generator_betas: tuple[float, float] = (0.5, 0.99)
+    generator_weight_decay: float = Field(1e-3, ge=0)
+    generator_amsgrad: bool = True
+    gen_loss: Literal["non_saturating", "saturating"] = Field("non_saturating", description="Eq. 3 as [C], or literal")
+    temperature: float = Field(20.0, gt=0, description="τ of the distillation (A4)")
+    distill_lr: float = Field(1e-2, gt=0, description="Adam learning rate of the server distillation")
+    distill_batches: int = Field(40, ge=1, description="generated batches per round (A5: 40 × 32 = 1,280 samples)")
+    distill_epochs: int = Field(40, ge=1, description="passes over them per round (A5: 1,600 steps)")
+    distill_batch_size: int | None = Field(None, ge=1, description="generated samples per batch (None: training.batch_size)")
+    skip_first_distill: bool = Field(True, description="no distillation in round 1 (A25)")
+    local_gan: Literal["always", "early"] = "always"
+    adv_loss: Literal["joint", "separate"] = "joint"
+    gradient_penalty: float = Field(0.0, ge=0, description="λ of the code's gradient penalty (0: none)")
+    head: Literal["personal", "shared"] = "personal"
+    distill_gen: Literal["post_round", "pre_round"] = "post_round"
+    teacher: Literal["probabilities", "logits"] = "probabilities"
+    kd_reduction: Literal["batchmean", "mean"] = "batchmean"
+    distill_schedule: Literal["constant", "plateau"] = "constant"
+    local_schedule: Literal["constant", "plateau"] = "constant"
+    server_bn: Literal["eval", "train"] = "eval"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _mode_defaults(cls, data: Any) -> Any:
+        return with_mode_defaults(data, MODE_DEFAULTS)
+
+    @model_validator(mode="after")
+    def _one_head_needs_the_shared_extractor(self) -> DaFKDParams:
+        if self.head == "shared" and self.sharing == "separate":
+            raise ValueError("head: shared (the code's one discriminator head) needs sharing: shared; "
+                             "set head: personal for DaFKD^no-sharing")
+        return self
+
+
+# -- the losses (each checked by hand in tests/test_dafkd.py) -------------------------------------------
+
+
+def adversarial_loss(real_logit: torch.Tensor, fake_logit: torch.Tensor,
+                     form: Literal["joint", "separate"]) -> torch.Tensor:
+    """Eq. 2 from discriminator logits ℓ (f = σ(ℓ); −log σ(ℓ) = softplus(−ℓ), −log(1 − σ(ℓ)) = softplus(ℓ)):
+    ``joint`` −[Σ log f(x) + Σ log(1 − f(x̂))] / (|x| + |x̂|); ``separate`` (the code's two BCE means)
+    −mean log f(x) − mean log(1 − f(x̂))."""
+    real, fake = F.softplus(-real_logit), F.softplus(fake_logit)
+    if form == "joint":
+        return (real.sum() + fake.sum()) / (len(real) + len(fake))
+    return real.mean() + fake.mean()
+
+
+def generator_loss(fake_logit: torch.Tensor, form: Literal["non_saturating", "saturating"]) -> torch.Tensor:
+    """Eq. 3 for G_k to minimise: ``non_saturating`` −mean log f(G(z)) ([C]); ``saturating`` mean log(1 − f(G(z)))
+    (the literal max of −log(1 − f))."""
+    if form == "non_saturating":
+        return F.softplus(-fake_logit).mean()
+    return -F.softplus(fake_logit).mean()
+
+
+def gradient_penalty(discriminator: Callable[[torch.Tensor], torch.Tensor], real: torch.Tensor, fake: torch.Tensor,
+                     mix: torch.Tensor, weight: float) -> torch.Tensor:
+    """The released code's penalty (§1.7.4): λ·mean((‖∇_x̃ f(x̃)‖₂ − 1)²) on x̃ = u·x + (1 − u)·x̂, u = ``mix``
+    (one per sample), the norm taken over dimension 1 (the channels) only, as coded; f = σ(ℓ)."""
+    u = mix.view(-1, *([1] * (real.dim() - 1)))
+    mixed = (u * real + (1 - u) * fake).requires_grad_(True)
+    out = torch.sigmoid(discriminator(mixed))
+    grads = torch.autograd.grad(out, mixed, torch.ones_like(out), create_graph=True)[0]
+    return weight * ((grads.norm(2, dim=1) - 1) ** 2).mean()
+
+
+def correlation_weights(domain_logits: torch.Tensor) -> torch.Tensor:
+    """Eq. 7: α̂_{k,i} = f_k(x_i) / Σ_j f_j(x_i) from the (clients × samples) discriminator logits, computed as
+    softmax over clients of logsigmoid (exact, and no 0/0 when every f underflows, §7)."""
+    return torch.softmax(F.logsigmoid(domain_logits), dim=0)
+
+
+def uniform_weights(domain_logits: torch.Tensor) -> torch.Tensor:
+    """DaFKD^{no-correlation}: α̂_{k,i} = 1/K_t, shaped as :func:`correlation_weights`' result."""
+    return torch.full_like(domain_logits, 1.0 / len(domain_logits))
+
+
+def ensemble_teacher(logits: torch.Tensor, weights: torch.Tensor, temperature: float,
+                     form: Literal["probabilities", "logits"]) -> torch.Tensor:
+    """The teacher of Eq. 8 from the (clients × samples × classes) logits and (clients × samples) α̂:
+    ``probabilities`` Σ_k α̂_{k,i} softmax(z_k(x_i)/τ) (App. B); ``logits`` softmax(Σ_k α̂_{k,i} z_k(x_i) / τ) ([C])."""
+    if form == "probabilities":
+        return (weights.unsqueeze(2) * torch.softmax(logits / temperature, dim=2)).sum(0)
+    return torch.softmax((weights.unsqueeze(2) * logits).sum(0) / temperature, dim=1)
+
+
+def distillation_loss(student_logits: torch.Tensor, teacher: torch.Tensor, temperature: float,
+                      reduction: Literal["batchmean", "mean"]) -> torch.Tensor:
+    """Eq. 8: τ²·KL(teacher ‖ softmax(s/τ)), summed over classes and averaged over samples (``batchmean``), or
+    averaged over samples and classes (``mean``, KLDivLoss's default in [C])."""
+    kl = F.kl_div(F.log_softmax(student_logits / temperature, dim=1), teacher, reduction="batchmean")
+    return temperature ** 2 * (kl if reduction == "batchmean" else kl / student_logits.shape[1])
+
+
+def weight_entropy(weights: torch.Tensor) -> torch.Tensor:
+    """Mean over samples of the entropy of α̂_{·,i} (log K_t: the weighting is inert, §7)."""
+    return -(weights * torch.log(weights.clamp_min(1e-30))).sum(0).mean()
+
+
+# -- state and messages -----------------------------------------------------------------------------------
+
+
+@dataclass
+class DaFKDServer(NoState):
+    """The server's generator θ^g; the code's one discriminator head (``head: shared``); the last round's
+    clients S_t and ŵ before distillation, which the diagnostics evaluate."""
+
+    generator: nn.Module | None = None
+    head: dict[str, torch.Tensor] | None = None
+    selected: list[int] = field(default_factory=list)
+    averaged: dict[str, torch.Tensor] | None = None
+
+
+@dataclass
+class DaFKDClient(NoState):
+    """DaFKD^{no-sharing}: the client's own discriminator D_k, kept across rounds (its optimiser is the
+    client's, over the classifier's and D_k's parameters)."""
+
+    discriminator: nn.Module | None = None
+
+
+@dataclass
+class DomainUpdate(Update):
+    """A client's upload: φ, h_c and h_d^k (``state``), G_k, and D_k in DaFKD^{no-sharing}."""
+
+    generator: dict[str, torch.Tensor]
+    discriminator: dict[str, torch.Tensor] | None = None
+
+
+class DomainEnsemble(nn.Module):
+    """The round's client models as one classifier (§6 R10): per test image, α̂ from each client's
+    discriminator (or 1/K_t), combined as the distillation teacher; ``forward`` returns (α̂ as samples ×
+    clients, scores). Every member is evaluated in eval mode."""
+
+    def __init__(self, members: list[nn.Module], discriminators: list[nn.Module] | None, weighting: Callable,
+                 temperature: float, form: Literal["probabilities", "logits"]) -> None:
+        super().__init__()
+        self.members = nn.ModuleList(members)
+        self.discriminators = None if discriminators is None else nn.ModuleList(discriminators)
+        self.weighting, self.temperature, self.form = weighting, temperature, form
+        self.eval()
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        logits, domain = [], []
+        for k, member in enumerate(self.members):
+            features, out = member(x)
+            logits.append(out)
+            domain.append(member.domain_logit(features) if self.discriminators is None
+                          else self.discriminators[k](x)[1].squeeze(1))
+        weights = self.weighting(torch.stack(domain))
+        return weights.T, ensemble_teacher(torch.stack(logits), weights, self.temperature, self.form)
+
+
+# -- the method -------------------------------------------------------------------------------------------
+
+
+@register_algorithm("dafkd")
+class DaFKD(ParameterAveraging[DaFKDClient, DaFKDServer]):
+    Params = DaFKDParams
+    params: DaFKDParams
+    ClientState = DaFKDClient
+    ServerState = DaFKDServer
+    personal_parameters = (HEAD,)
+
+    def __init__(self, params: DaFKDParams, ctx: Context) -> None:  # type: ignore[override]
+        super().__init__(params, ctx)
+        self.round_metrics: dict[str, float] = {}  # this round's server diagnostics
+        self.client_metrics: dict[str, list[float]] = {}  # this round's client diagnostics, averaged over clients
+
+    # -- models ---------------------------------------------------------------------------------------
+
+    def _build_generator(self) -> nn.Module:
+        p = self.params
+        name, kwargs = (("dcgan_generator", {"width": p.generator_width}) if p.generator == "dcgan"
+                        else ("cond_image_generator", {}))
+        return build_model(name, self.ctx.in_shape, self.ctx.num_classes, seed=self.ctx.seed, key=("init", "generator"),
+                           noise_dim=p.noise_dim, **kwargs).to(self.ctx.device)
+
+    def _build_discriminator(self) -> nn.Module:
+        return build_model("dafkd_discriminator", self.ctx.in_shape, 1, seed=self.ctx.seed,
+                           key=("init", "discriminator")).to(self.ctx.device)
+
+    @cached_property
+    def _local_generator(self) -> nn.Module:
+        """G_k: the generator a client trains this round (loaded from θ^g before each use)."""
+        return self._build_generator()
+
+    @cached_property
+    def _teacher_template(self) -> nn.Module:
+        """The classifier architecture the server runs the uploads through (``functional_call``)."""
+        return self.ctx.build_model("teacher")
+
+    @cached_property
+    def _discriminator_template(self) -> nn.Module:
+        return self._build_discriminator()
+
+    def resident_parameters(self, model: nn.Module) -> int:
+        """The client model, G_k and (no-sharing) D_k, held during local training."""
+        count = super().resident_parameters(model) + sum(p.numel() for p in self._build_generator().parameters())
+        if self.params.sharing == "separate":
+            count += sum(p.numel() for p in self._build_discriminator().parameters())
+        return count
+
+    def init_server_state(self, model: nn.Module | None) -> DaFKDServer:
+        if model is None or not callable(getattr(model, "domain_logit", None)):
+            raise BenchError(f"dafkd needs a classifier with a domain-discriminator head (dafkd_resnet11); "
+                             f"{self.ctx.config.model.name!r} has none")
+        head = ({k: v.detach().clone() for k, v in model.state_dict().items() if k.startswith(HEAD)}
+                if self.params.head == "shared" else None)
+        return DaFKDServer(self._build_generator(), head)
+
+    def init_client_state(self, cid: int) -> DaFKDClient:
+        return DaFKDClient(self._build_discriminator() if self.params.sharing == "separate" else None)
+
+    # -- one round --------------------------------------------------------------------------------------
+
+    def sequential(self) -> bool:
+        return self.params.head == "shared"
+
+    def run_round(self, round_index: int, server: Server[DaFKDServer],
+                  clients: list[Client[DaFKDClient]]) -> dict[str, float]:
+        self.round_metrics, self.client_metrics = {}, {}
+        metrics = super().run_round(round_index, server, clients)
+        return {**metrics, **{k: sum(v) / len(v) for k, v in self.client_metrics.items()}, **self.round_metrics}
+
+    def broadcast(self, server: Server[DaFKDServer], client: Client[DaFKDClient]) -> None:
+        super().broadcast(server, client)  # φ and h_c; h_d^k stays the client's
+        if server.state.head is not None:  # the code's one head, as the previous client left it
+            load_state(client.model, server.state.head, strict=False)
+
+    def receive(self, round_index: int, server: Server[DaFKDServer], update: DomainUpdate) -> None:  # type: ignore[override]
+        server.state.head = {k: v.detach().clone() for k, v in update.state.items() if k.startswith(HEAD)}
+
+    def local_update(self, round_index: int, server: Server[DaFKDServer],
+                     client: Client[DaFKDClient]) -> tuple[DomainUpdate, float]:
+        """Eq. 9 (or CE and Eq. 2 on the separate D_k) and Eq. 3 on every mini-batch (Algorithm 1, lines 19-24)."""
+        p, ctx = self.params, self.ctx
+        assert server.state.generator is not None
+        generator = self._local_generator
+        copy_state(generator, server.state.generator)
+        generator.train()
+        g_optimizer = torch.optim.Adam(generator.parameters(), lr=p.generator_lr, betas=p.generator_betas,
+                                       weight_decay=p.generator_weight_decay, amsgrad=p.generator_amsgrad)
+        model, separate = client.model, client.state.discriminator
+        trained = [*model.parameters(), *(separate.parameters() if separate is not None else ())]
+        if separate is not None:
+            separate.train()
+            if client.optimizer is None:  # one Adam over the classifier and D_k: the same as one each
+                client.optimizer = ctx.make_optimizer(trained)
+        optimizer = ctx.client_optimizer(client, round_index)
+        model.train()
+        d_rng, g_rng = ctx.stream("dafkd-fake", client.cid, round_index), ctx.stream("dafkd-gen", client.cid, round_index)
+        d_loop = Loop(optimizer, trained, round_index, client.cid, ctx.config.training.grad_clip, d_rng,
+                      guard=ctx.loss_guard)
+        g_loop = Loop(g_optimizer, list(generator.parameters()), round_index, "generator", rng=g_rng,
+                      backward_inputs=True)
+
+        def domain_logit(x: torch.Tensor, features: torch.Tensor | None = None) -> torch.Tensor:
+            if separate is not None:
+                return separate(x)[1].squeeze(1)
+            return model.domain_logit(model(x)[0] if features is None else features)
+
+        per_epoch = batches_per_epoch(client.data.num_samples, ctx.config.training.batch_size,
+                                      ctx.config.training.drop_last)
+        scheduler = _Plateau(optimizer) if p.local_schedule == "plateau" else None
+        real_out, fake_out = [], []
+
+        def d_step(step: Step, item: tuple[int, tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor:
+            index, (x, y) = item
+            epoch = index // per_epoch
+            assert step.rng is not None
+            if scheduler is not None:
+                scheduler.epoch_end(index, per_epoch)
+            with torch.no_grad():
+                fake = self.sample(generator, len(x), step.rng)
+            features, logits = model(x)
+            loss = F.cross_entropy(logits, y)
+            real_logit, fake_logit = domain_logit(x, None if separate is not None else features), domain_logit(fake)
+            penalty = (gradient_penalty(domain_logit, x, fake, torch.rand(len(x), generator=step.rng).to(x.device),
+                                        p.gradient_penalty) if p.gradient_penalty else None)
+            if self._adversarial_on(round_index, epoch):
+                loss = loss + adversarial_loss(real_logit, fake_logit, p.adv_loss)
+                if penalty is not None:
+                    loss = loss + penalty
+            if not self._generator_on(round_index, epoch):  # the code's generator forward, without its step
+                with torch.no_grad():
+                    domain_logit(self.sample(generator, len(x), step.rng))
+            real_out.append(torch.sigmoid(real_logit.detach()).mean())
+            fake_out.append(torch.sigmoid(fake_logit.detach()).mean())
+            if scheduler is not None:
+                scheduler.last_batch = logits.detach(), y
+            return loss
+
+        def g_step(step: Step, item: tuple[int, tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor:
+            assert step.rng is not None
+            return generator_loss(domain_logit(self.sample(generator, len(item[1][1]), step.rng)), p.gen_loss)
+
+        loss, g_loss = adversarial_loop(enumerate(ctx.client_batches(client, round_index)), d_loop, d_step, g_loop,
+                                        g_step, generator_turn=lambda item: self._generator_on(
+                                            round_index, item[0] // per_epoch))
+        self.client_metrics.setdefault("d_real", []).append(float(torch.stack(real_out).mean()))
+        self.client_metrics.setdefault("d_fake", []).append(float(torch.stack(fake_out).mean()))
+        if not math.isnan(g_loss):
+            self.client_metrics.setdefault("g_loss", []).append(g_loss)
+        return DomainUpdate(client.cid, client.data.num_samples, model.state_dict(),
+                            {k: v.detach().clone() for k, v in generator.state_dict().items()},
+                            None if separate is None else separate.state_dict()), loss
+
+    def _adversarial_on(self, round_index: int, epoch: int) -> bool:
+        return self.params.local_gan == "always" or (round_index <= EARLY_D_ROUNDS and epoch < EARLY_EPOCHS)
+
+    def _generator_on(self, round_index: int, epoch: int) -> bool:
+        return self.params.local_gan == "always" or (round_index <= EARLY_G_ROUNDS and epoch < EARLY_EPOCHS)
+
+    def sample(self, generator: nn.Module, n: int, rng: torch.Generator) -> torch.Tensor:
+        """n generated samples: z ~ N(0, I_d) (and, for G-cond, a uniform random label, A6) from ``rng``."""
+        z = torch.randn(n, self.params.noise_dim, generator=rng).to(self.ctx.device)
+        if self.params.generator == "cond":
+            return generator(z, torch.randint(self.ctx.num_classes, (n,), generator=rng).to(self.ctx.device))
+        return generator(z)
+
+    # -- server ---------------------------------------------------------------------------------------
+
+    def aggregate(self, round_index: int, server: Server[DaFKDServer], updates: list[DomainUpdate]) -> None:  # type: ignore[override]
+        """Eqs. 6 and 4, then (from round 2) Eqs. 7-8 on D̂^g."""
+        p = self.params
+        generator = server.state.generator
+        assert generator is not None and server.model is not None
+        samples = self.distillation_set(round_index, generator) if p.distill_gen == "pre_round" else None
+        super().aggregate(round_index, server, updates)
+        weights = [u.num_samples if p.weighting == "samples" else 1.0 for u in updates]
+        load_state(generator, weighted_average([u.generator for u in updates], weights))
+        server.state.selected = [u.cid for u in updates]
+        server.state.averaged = {k: v.detach().clone() for k, v in server.model.state_dict().items()}
+        if round_index == 1 and p.skip_first_distill:
+            return
+        samples = samples if samples is not None else self.distillation_set(round_index, generator)
+        logits, domain = self.teacher_outputs(updates, samples)
+        alpha = (correlation_weights if p.correlation == "discriminator" else uniform_weights)(domain)
+        self.round_metrics["alpha_entropy"] = float(weight_entropy(alpha))
+        self.round_metrics["alpha_max"] = float(alpha.max(0).values.mean())
+        teacher = ensemble_teacher(logits, alpha, p.temperature, p.teacher)
+        self.round_metrics["kd_loss"] = self.distil(round_index, server.model, samples, teacher)
+
+    def distillation_set(self, round_index: int, generator: nn.Module) -> torch.Tensor:
+        """D̂^g: ``distill_batches`` batches of generated samples, fresh noise every round, G in train mode (A11)."""
+        p = self.params
+        size = p.distill_batch_size or self.ctx.config.training.batch_size
+        rng = self.ctx.stream("dafkd-distill", round_index)
+        generator.train()
+        with torch.no_grad():
+            return torch.cat([self.sample(generator, size, rng) for _ in range(p.distill_batches)])
+
+    @torch.no_grad()
+    def teacher_outputs(self, updates: list[DomainUpdate], samples: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Each upload's classifier logits (clients × samples × classes) and discriminator logits (clients ×
+        samples) on D̂^g, computed once per round; the clients' models in eval mode, or with batch statistics
+        (``server_bn: train``), per distillation batch."""
+        p = self.params
+        size = p.distill_batch_size or self.ctx.config.training.batch_size
+        needs_domain = p.correlation == "discriminator"
+        logits, domain = [], []
+        for update in updates:
+            client_logits, client_domain = [], []
+            head = {k[len(HEAD):]: v for k, v in update.state.items() if k.startswith(HEAD)}
+            for batch in samples.split(size):
+                features, out = self._run(self._teacher_template, update.state, batch)
+                client_logits.append(out)
+                if needs_domain:
+                    client_domain.append(
+                        self._run(self._discriminator_template, update.discriminator, batch)[1].squeeze(1)
+                        if update.discriminator is not None
+                        else functional_call(self._teacher_template.discriminator, head, (features,)).squeeze(1))
+            logits.append(torch.cat(client_logits))
+            domain.append(torch.cat(client_domain) if needs_domain else torch.zeros(len(samples), device=samples.device))
+        return torch.stack(logits), torch.stack(domain)
+
+    def _run(self, template: nn.Module, state: dict[str, torch.Tensor], x: torch.Tensor) -> Any:
+        """``template`` with the parameters and buffers of ``state`` on x: in eval mode, or (``server_bn:
+        train``) with batch statistics and copies of the running buffers, so that no upload changes."""
+        if self.params.server_bn == "eval":
+            template.eval()
+            return functional_call(template, state, (x,))
+        template.train()
+        return functional_call(template, {k: v.clone() if not v.is_floating_point() or "running" in k else v
+                                          for k, v in state.items()}, (x,))
+
+    def distil(self, round_index: int, student: nn.Module, samples: torch.Tensor, teacher: torch.Tensor) -> float:
+        """Eq. 8: ``distill_epochs`` passes over D̂^g in order, Adam on the student's shared parameters (its own
+        domain head is not the clients'), the student in train mode; the mean loss."""
+        p = self.params
+        size = p.distill_batch_size or self.ctx.config.training.batch_size
+        params = [param for name, param in student.named_parameters() if not name.startswith(HEAD)]
+        optimizer = torch.optim.Adam(params, lr=p.distill_lr)
+        scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau(optimizer, factor=0.2, patience=2) \
+            if p.distill_schedule == "plateau" else None
+        student.train()
+        loop = Loop(optimizer, params, round_index, "server")
+        batches = list(zip(samples.split(size), teacher.split(size)))
+
+        def step_fn(step: Step, batch: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+            x, target = batch
+            return distillation_loss(student(x)[1], target, p.temperature, p.kd_reduction)
+
+        losses = []
+        for _ in range(p.distill_epochs):
+            losses.append(loop.run(batches, step_fn))
+            if scheduler is not None:  # [C]: on the running mean of every distillation loss so far
+                scheduler.step(sum(losses) / len(losses))
+        return sum(losses) / len(losses)
+
+    # -- diagnostics (§6 R10, §7) ---------------------------------------------------------------------
+
+    def evaluations(self) -> list[Evaluation]:
+        return [*super().evaluations(), ENSEMBLE_ACC, UNIFORM_ENSEMBLE_ACC, PRE_KD_ACC]
+
+    def method_model(self, metric: str, server: Server[DaFKDServer],
+                     clients: list[Client[DaFKDClient]]) -> nn.Module | None:
+        """``pre_kd_acc``: ŵ before distillation; ``ensemble_acc`` / ``uniform_ensemble_acc``: the round's client
+        models weighted by α̂ from their discriminators on the test images / uniformly."""
+        if not server.state.selected:
+            return None
+        if metric == PRE_KD_ACC.metric:
+            assert server.model is not None and server.state.averaged is not None
+            model = copy.deepcopy(server.model)
+            load_state(model, server.state.averaged)
+            return model
+        members = [clients[cid] for cid in server.state.selected]
+        weighting = correlation_weights if metric == ENSEMBLE_ACC.metric else uniform_weights
+        separate = [c.state.discriminator for c in members if c.state.discriminator is not None]
+        return DomainEnsemble([c.model for c in members], separate or None, weighting, self.params.temperature,
+                              self.params.teacher)
+
+
+def batches_per_epoch(n: int, batch_size: int, drop_last: bool) -> int:
+    """Mini-batches in one pass over n samples (as :func:`~bench.engine.streams.epoch_batches` cuts them)."""
+    size = min(batch_size, n)
+    return n // size if drop_last else -(-n // size)
+
+
+class _Plateau:
+    """The code's client scheduler (§1.6): ReduceLROnPlateau(factor 0.2, patience 2) on the client's
+    optimiser, stepped after each local epoch's last steps on the running mean over epochs of each epoch's
+    last-batch cross-entropy (the code resets its batch list every batch)."""
+
+    def __init__(self, optimizer: torch.optim.Optimizer) -> None:
+        self.scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau(optimizer, factor=0.2, patience=2)
+        self.epoch_losses: list[float] = []
+        self.last_batch: tuple[torch.Tensor, torch.Tensor] | None = None  # (logits, labels) of the latest batch
+
+    def epoch_end(self, index: int, per_epoch: int) -> None:
+        """Called before batch ``index``: when it starts an epoch, step on the epoch that ended."""
+        if index and index % per_epoch == 0 and self.last_batch is not None:
+            self.epoch_losses.append(float(F.cross_entropy(*self.last_batch)))
+            self.scheduler.step(sum(self.epoch_losses) / len(self.epoch_losses))

@@ -1,0 +1,247 @@
+"""DaFKD (specs/dafkd.md §1) and FedFTG (§2.5): every loss term by hand, the personal domain head, seeded
+streams, the no-correlation ablation as DaFKD with uniform weights, rounds to a target from records."""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from bench.algorithms import dafkd as dafkd_module
+from bench.algorithms.dafkd import (HEAD, DaFKD, DaFKDParams, adversarial_loss, correlation_weights,
+                                    distillation_loss, ensemble_teacher, generator_loss, gradient_penalty,
+                                    uniform_weights, weight_entropy)
+from bench.algorithms.fedftg import (class_client_weights, discrepancy_loss, label_schedule, soft_cross_entropy,
+                                     weighted_cross_entropy)
+from bench.experiment import build_config
+from bench.rng import torch_stream
+from bench.runner.federation import run_federation
+from bench.suites.statistics import Records, Statistic, aggregate
+from tests.conftest import small_config
+
+LN = math.log
+
+
+def logit(p: float) -> float:
+    return LN(p / (1 - p))
+
+
+def dafkd_config(rounds: int = 3, **algorithm: Any):  # type: ignore[no-untyped-def]
+    """DaFKD on digits at the proxy's scale: 6 clients, 3 a round, 3 local steps, a 2-batch distillation."""
+    return small_config(
+        training={"rounds": rounds, "local_epochs": None, "local_steps": 3, "batch_size": 16,
+                  "optimizer": {"name": "adam", "lr": 0.001, "weight_decay": 0.001}},
+        partition={"scheme": "dafkd", "alpha": 0.5, "num_clients": 6, "min_size": 20, "local_test_fraction": 0.0},
+        participation={"fraction": 0.5}, dataset={"name": "digits", "normalize": "half"},
+        model={"name": "dafkd_resnet11", "kwargs": {"width": 4, "blocks": [1, 1, 1]}},
+        evaluation={"local_models": False},
+        algorithm=algorithm if algorithm.get("name") == "fedftg" else
+        {"name": "dafkd", "generator_width": 8, "distill_batches": 2, "distill_epochs": 2, **algorithm})
+
+
+# -- the losses by hand --------------------------------------------------------------------------------------
+
+
+def test_discriminator_objective_eq2() -> None:
+    """Eq. 2: f = σ(ℓ); real f = 0.5, 0.75, fake f = 0.5: −[log .5 + log .75 + log(1 − .5)] / 3; the code's
+    BCE means: −(log .5 + log .75)/2 − log .5."""
+    real, fake = torch.tensor([0.0, logit(0.75)]), torch.tensor([0.0])
+    assert adversarial_loss(real, fake, "joint").item() == pytest.approx(-(LN(.5) + LN(.75) + LN(.5)) / 3)
+    assert adversarial_loss(real, fake, "separate").item() == pytest.approx(-(LN(.5) + LN(.75)) / 2 - LN(.5))
+
+
+def test_generator_objective_eq3() -> None:
+    """Eq. 3 on f(G(z)) = 0.5, 0.75: non-saturating −mean log f; literal (saturating) mean log(1 − f)."""
+    fake = torch.tensor([0.0, logit(0.75)])
+    assert generator_loss(fake, "non_saturating").item() == pytest.approx(-(LN(.5) + LN(.75)) / 2)
+    assert generator_loss(fake, "saturating").item() == pytest.approx((LN(.5) + LN(.25)) / 2)
+
+
+def test_correlation_weights_eq7() -> None:
+    """α̂_{k,i} = f_k(x_i) / Σ_j f_j(x_i) over 3 clients × 2 samples; they sum to 1 per sample, even when every
+    discriminator says "fake" so hard that f underflows (§7); uniform weights are 1/K_t."""
+    f = torch.tensor([[0.2, 0.9], [0.6, 0.05], [0.2, 0.05]], dtype=torch.float64)
+    alpha = correlation_weights(torch.log(f / (1 - f)))
+    assert torch.allclose(alpha, f / f.sum(0))
+    saturated = correlation_weights(torch.tensor([[-200.0], [-201.0]]))  # σ underflows to 0 in float32
+    assert torch.isfinite(saturated).all() and saturated.sum().item() == pytest.approx(1.0)
+    assert saturated[0, 0].item() == pytest.approx(math.e / (1 + math.e), rel=1e-5)  # f ∝ e^ℓ there
+    assert torch.equal(uniform_weights(torch.zeros(4, 3)), torch.full((4, 3), 0.25))
+    assert weight_entropy(torch.full((4, 3), 0.25)).item() == pytest.approx(LN(4))
+
+
+def test_teacher_and_distillation_loss_eq8() -> None:
+    """Teacher of 2 clients on 1 sample, α̂ = (0.25, 0.75), τ = 2: Σ α̂ softmax(z/τ) (paper) and softmax(Σ α̂ z/τ)
+    (code); then τ²·KL(teacher ‖ softmax(s/τ)) summed over classes (batchmean) or also ÷ C (mean)."""
+    z = torch.tensor([[[2.0, 0.0]], [[0.0, 4.0]]], dtype=torch.float64)
+    alpha = torch.tensor([[0.25], [0.75]], dtype=torch.float64)
+    s1, s2 = 1 / (1 + math.exp(-1)), 1 / (1 + math.exp(2))  # softmax([1, 0])[0], softmax([0, 2])[0]
+    probs = ensemble_teacher(z, alpha, 2.0, "probabilities")
+    assert probs[0, 0].item() == pytest.approx(0.25 * s1 + 0.75 * s2)
+    mixed = ensemble_teacher(z, alpha, 2.0, "logits")  # Σ α̂ z = [0.5, 3] → softmax([0.25, 1.5])
+    assert mixed[0, 0].item() == pytest.approx(1 / (1 + math.exp(1.25)))
+    student = torch.tensor([[0.0, 2.0]], dtype=torch.float64)
+    q = [1 / (1 + math.exp(1)), 1 / (1 + math.exp(-1))]  # softmax(s / 2)
+    t = [probs[0, 0].item(), probs[0, 1].item()]
+    kl = sum(ti * (LN(ti) - LN(qi)) for ti, qi in zip(t, q))
+    assert distillation_loss(student, probs, 2.0, "batchmean").item() == pytest.approx(4 * kl)
+    assert distillation_loss(student, probs, 2.0, "mean").item() == pytest.approx(4 * kl / 2)
+
+
+def test_gradient_penalty_of_the_code() -> None:
+    """λ·mean((‖∇_x̃ σ(ℓ(x̃))‖ − 1)²) for ℓ(x) = 3x on one-pixel images, x̃ = u·x + (1 − u)·x̂: the gradient
+    is 3σ'(3x̃); the norm over the channel dimension (one channel) is its absolute value."""
+    real, fake = torch.tensor([[[[1.0]]], [[[0.0]]]]), torch.tensor([[[[-1.0]]], [[[2.0]]]])
+    mix = torch.tensor([0.5, 0.25])
+    penalty = gradient_penalty(lambda x: 3 * x.flatten(1).sum(1), real, fake, mix, 0.3)
+    mixed = [0.5 * 1 + 0.5 * -1, 0.25 * 0 + 0.75 * 2]
+    grads = [3 * (s := 1 / (1 + math.exp(-3 * m))) * (1 - s) for m in mixed]
+    assert penalty.item() == pytest.approx(0.3 * sum((g - 1) ** 2 for g in grads) / 2)
+
+
+def test_fedftg_losses_by_hand() -> None:
+    """§2.5: L_md = −mean(α·mean_c|s − t|), L_cls per sample or the code's mean CE × mean α, the student's
+    soft cross-entropy averaged over classes too; labels cut by class counts; α_{k,y} = n_k^y/(n^y + 1e-6)."""
+    s, t = torch.tensor([[1.0, 0.0], [0.0, 0.0]]), torch.tensor([[0.0, 0.0], [2.0, 2.0]])
+    w = torch.tensor([1.0, 0.5])
+    assert discrepancy_loss(s, t, w).item() == pytest.approx(-(1.0 * 0.5 + 0.5 * 2.0) / 2)
+    y = torch.tensor([0, 1])
+    ce = [LN(2.0), LN(2.0)]  # t's rows are flat: CE = log 2
+    assert weighted_cross_entropy(t, y, w, "sample").item() == pytest.approx((1.0 * ce[0] + 0.5 * ce[1]) / 2)
+    assert weighted_cross_entropy(t, y, w, "batch").item() == pytest.approx(LN(2.0) * 0.75)
+    teacher = torch.tensor([[0.25, 0.75]])
+    logp = F.log_softmax(torch.tensor([[0.0, 0.0]]), dim=1)
+    assert soft_cross_entropy(torch.tensor([[0.0, 0.0]]), teacher).item() == pytest.approx(
+        -(0.25 * logp[0, 0] + 0.75 * logp[0, 1]).item() / 2)
+    labels = label_schedule(torch.tensor([1.0, 3.0]), 8, torch_stream(0, "t"))
+    assert sorted(labels.tolist()) == [0, 0, 1, 1, 1, 1, 1, 1]  # cuts at int(0.25·8) = 2
+    counts = torch.tensor([[3.0, 0.0], [1.0, 2.0]])
+    assert torch.allclose(class_client_weights(counts), torch.tensor([[0.75, 0.0], [0.25, 1.0]]), atol=1e-6)
+
+
+# -- the method --------------------------------------------------------------------------------------------------
+
+
+def test_modes_set_the_released_codes_switches_and_explicit_ones_win() -> None:
+    code = DaFKDParams(mode="code")
+    assert (code.local_gan, code.adv_loss, code.gradient_penalty, code.head, code.distill_gen, code.teacher,
+            code.kd_reduction, code.distill_schedule, code.server_bn) == (
+        "early", "separate", 0.3, "shared", "pre_round", "logits", "mean", "plateau", "train")
+    assert DaFKDParams(mode="code", teacher="probabilities").teacher == "probabilities"
+    paper = DaFKDParams()
+    assert (paper.temperature, paper.distill_lr, paper.distill_batches * paper.distill_epochs, paper.noise_dim) == (
+        20.0, 0.01, 1600, 100)
+    with pytest.raises(ValueError, match="head: shared"):
+        DaFKDParams(sharing="separate", head="shared")
+
+
+def test_the_personal_domain_head_is_never_averaged_nor_overwritten(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Alg. 1 line 18, A10, A21: every client starts from the common initial head; a broadcast never touches
+    it; it keeps what the client's last local training left, across the rounds it is not selected; the
+    server's head is never averaged. ``head: shared`` (the code) continues one head from client to client."""
+    last_trained: dict[int, torch.Tensor] = {}
+    checked = []
+    broadcast, local_update = DaFKD.broadcast, DaFKD.local_update
+
+    def head(model: torch.nn.Module) -> torch.Tensor:
+        return torch.cat([v.flatten() for k, v in model.state_dict().items() if k.startswith(HEAD)]).clone()
+
+    def spy_broadcast(self: DaFKD, server: Any, client: Any) -> None:
+        before = head(client.model)
+        broadcast(self, server, client)
+        if self.params.head == "personal":
+            assert torch.equal(head(client.model), before)  # not overwritten
+            assert torch.equal(before, last_trained.get(client.cid, head(server.model)))  # kept since its training
+            checked.append(client.cid)
+        elif last_trained:  # the code: the head the previous client left
+            assert torch.equal(head(client.model), last_trained[-1])
+
+    def spy_update(self: DaFKD, round_index: int, server: Any, client: Any) -> Any:
+        out = local_update(self, round_index, server, client)
+        last_trained[client.cid] = last_trained[-1] = head(client.model)
+        return out
+
+    monkeypatch.setattr(DaFKD, "broadcast", spy_broadcast)
+    monkeypatch.setattr(DaFKD, "local_update", spy_update)
+    result = run_federation(dafkd_config(rounds=4))
+    server, clients = result.state.server, result.state.clients
+    initial = head(server.model)
+    assert len(checked) == 12 and len(set(checked)) < len(checked)  # clients come back after rounds away
+    trained = {c.cid for c in clients if not torch.equal(head(c.model), initial)}
+    assert trained == set(checked)  # the others still hold the common initial head
+    assert len({tuple(head(clients[c].model).tolist()) for c in trained}) == len(trained)  # each its own
+    last_trained.clear()
+    shared = run_federation(dafkd_config(rounds=2, mode="code"))
+    assert torch.equal(shared.state.server.state.head["discriminator.weight"].flatten(), last_trained[-1][:-1])
+
+
+def test_generator_and_discriminator_streams_are_seeded() -> None:
+    """The fake samples of the discriminator step, the generator step's noise and D̂^g come from named
+    streams: the same key draws the same, another key (client, round, seed) draws otherwise."""
+    cfg = dafkd_config()
+    first, again = run_federation(cfg), run_federation(cfg)
+    assert first.curves == again.curves and first.records == again.records
+    algorithm: DaFKD = first.state.algorithm
+    generator = first.state.server.state.generator
+    a = algorithm.distillation_set(2, generator)
+    assert torch.equal(a, algorithm.distillation_set(2, generator))
+    assert not torch.equal(a, algorithm.distillation_set(3, generator))
+    draw = lambda *key: algorithm.sample(generator, 4, algorithm.ctx.stream(*key))  # noqa: E731
+    assert torch.equal(draw("dafkd-fake", 1, 2), draw("dafkd-fake", 1, 2))
+    assert not torch.equal(draw("dafkd-fake", 1, 2), draw("dafkd-fake", 2, 2))
+    other_seed = run_federation(build_config({**cfg.to_dict(), "seed": 1}))
+    assert other_seed.curves != first.curves
+
+
+def test_uniform_weights_are_the_no_correlation_ablation(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Table 3: DaFKD^no-correlation is DaFKD with α̂ = 1/K_t and nothing else changed: DaFKD whose correlation
+    weights are forced uniform gives bitwise the same curves and records."""
+    ablation = run_federation(dafkd_config(correlation="uniform"))
+    weighted = run_federation(dafkd_config())
+    assert weighted.curves != ablation.curves  # the weights matter
+    monkeypatch.setattr(dafkd_module, "correlation_weights", uniform_weights)
+    forced = run_federation(dafkd_config())
+    assert forced.curves == ablation.curves and forced.records == ablation.records
+    assert all(row["alpha_entropy"] == pytest.approx(LN(3)) for row in forced.curves if "alpha_entropy" in row)
+
+
+def test_a_round_logs_the_diagnostics() -> None:
+    """§6 R10 and §7: ensembles on the real test set, ŵ before distillation, α̂'s entropy, the discriminator's
+    outputs; round 1 has no distillation (A25), so ŵ is the global model there."""
+    curves = run_federation(dafkd_config(rounds=2)).curves
+    assert curves[0]["pre_kd_acc"] == curves[0]["global_acc"] and "kd_loss" not in curves[0]
+    assert {"ensemble_acc", "uniform_ensemble_acc", "pre_kd_acc", "alpha_entropy", "alpha_max", "kd_loss", "d_real",
+            "d_fake", "g_loss"} <= set(curves[1])
+    assert 0 < curves[1]["alpha_entropy"] <= LN(3) + 1e-6
+
+
+@pytest.mark.parametrize("algorithm", [{"sharing": "separate"}, {"mode": "code"}, {"generator": "cond"},
+                                       {"name": "fedftg", "iterations": 2}],
+                         ids=["no-sharing", "code", "cond-generator", "fedftg"])
+def test_variants_train(algorithm: dict[str, Any]) -> None:
+    """Each variant trains end to end and is reproducible (code mode: the shared head, sequential clients,
+    early GAN, gradient penalty, plateau schedules, batch-statistics teachers)."""
+    cfg = dafkd_config(rounds=2, **algorithm)
+    first = run_federation(cfg)
+    assert first.curves == run_federation(cfg).curves
+    assert all(math.isfinite(row["global_acc"]) for row in first.curves)
+
+
+def test_rounds_to_target_from_records_including_never_reached() -> None:
+    """Table 2: the first round whose global accuracy reaches the target, per seed, then mean ± the maximum
+    absolute deviation over 3 seeds (21, 22, 25 → 22.67 ± 2.33, §3.7); a seed that never reaches it makes
+    the cell "not reached" (inf)."""
+    def records(curve: list[float]) -> Records:
+        rows = "\n".join(f"{r},global_acc,,{v}" for r, v in enumerate(curve, start=1))
+        return Records.from_csv("round,metric,client,value\n" + rows + "\n", "test")
+
+    reach = Statistic.model_validate("reach0.85_global_acc")
+    runs = [[0.5] * 20 + [0.86] + [0.9] * 9, [0.5] * 21 + [0.85] + [0.8] * 8, [0.84] * 24 + [0.85] * 6]
+    values = [reach.compute(records(curve)) for curve in runs]
+    assert values == [21.0, 22.0, 25.0]
+    mean, spread = aggregate(values, "max_abs_dev")
+    assert (round(mean, 2), round(spread, 2)) == (22.67, 2.33)
+    never = reach.compute(records([0.84] * 30))
+    assert never == math.inf and aggregate([*values[:2], never], "max_abs_dev") == (math.inf, None)
