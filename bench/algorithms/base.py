@@ -150,6 +150,13 @@ class Algorithm(Generic[ClientStateT, ServerStateT]):
     def extra_metrics(self, server: Server[ServerStateT], clients: list[Client[ClientStateT]]) -> dict[str, Any]:
         return {}
 
+    def client_records(self, server: Server[ServerStateT],
+                       clients: list[Client[ClientStateT]]) -> dict[str, dict[int, float]]:
+        """Per-client values the method records after every round (``records.csv``, one row per client), e.g.
+        the reward each client received (a reputation, a download share, a sub-model size): metric ->
+        client id -> value, for this round's ``clients``."""
+        return {}
+
 
 class AveragingParams(AlgorithmParams):
     weighting: Literal["samples", "uniform"] = Field("samples", description="aggregation weights n_k or 1")

@@ -10,14 +10,15 @@ from dataclasses import dataclass
 from typing import Literal
 
 ModelRole = Literal["global", "client"]
-Split = Literal["global_test", "local_test", "validation"]
+Split = Literal["global_test", "local_test", "validation", "local_all"]
 
 
 @dataclass(frozen=True)
 class Evaluation:
     """``metric``: the record name; ``model``: the global model (one value) or each client's model (one
-    value per client); ``split``: the global test set, the client's local test split or its validation
-    split."""
+    value per client); ``split``: the global test set, the client's local test split, its validation
+    split, or all of its local data (train and local test splits: released code that evaluates on the data it
+    trained on, specs/fedakd.md §0.8)."""
 
     metric: str
     model: ModelRole
