@@ -31,7 +31,7 @@ all of D_k), ``global_to_local: false`` (Single-Dist: no G→L; w_k ← w_g each
 by, and L→G distils from, a copy of w_g [I]), ``weighting: correct`` (Correct-Agg.: weights |I_k|).
 
 Readings [I] (§1.6): one epoch of mini-batches per phase (Algorithm 1 writes one gradient step); the
-model evaluated as Acc_p is the suite's choice (``evaluation.client_model: global`` gives the code's
+model evaluated as Acc_p is the suite's choice (``evaluation.local_model: global`` gives the code's
 w_g on each local test split, ``own`` the personal w_k). Each client's |I_k|/|D_k| is recorded every
 round (``selected_share``).
 """

@@ -6,7 +6,7 @@ Contribution and reputation. c_k is client k's standalone accuracy; r_k = 100·e
 (:func:`reputations`, β = 2). FedAKD's script reads c_k from the Standalone run's file; a run cannot read
 another run's output, so FedSAC measures it itself before round 1, exactly as the Standalone method trains
 (``contribution_epochs`` epochs of the client's own model, initialised from the stream Standalone uses, with
-a persistent optimiser at ``contribution_lr``, the same batch streams, accuracy on its local test split;
+a persistent optimiser at ``contribution_lr_factor`` × the run's learning rate, the same batch streams, accuracy on its local test split;
 paper: on its validation split) — with the Standalone run's protocol these are the Standalone run's numbers
 bit for bit (a test checks it).
 
@@ -26,7 +26,7 @@ and gives client k its ``keep`` most important filters (:func:`submodel_mask`: c
                  holding it (data-size weights), every     and biases, un-kept filters as zeros; BN never
                  other entry over all clients              aggregated (the global BN stays at its init)
     reward       the client's model is its submodel of     every client is evaluated with the global model
-                 the new global model                      (``evaluation.client_model: global``)
+                 the new global model                      (``evaluation.local_model: global``)
 
 Between allocations (before the first, and in code mode after it) a round is plain local training of the
 global model and that aggregation with full masks.
@@ -61,7 +61,8 @@ class FedSACParams(AlgorithmParams):
     mode: Literal["paper", "code"] = "paper"
     beta: float = Field(2.0, ge=0, description="β of the reputation mapping exp(β·c)")
     contribution_epochs: int = Field(20, ge=1, description="epochs of standalone training that measure c_k")
-    contribution_lr: float | None = Field(None, gt=0, description="its learning rate (null: training.optimizer.lr)")
+    contribution_lr_factor: float = Field(1.0, gt=0, description="its learning rate, × training.optimizer.lr (the "
+                                                                  "Standalone run's ratio: 0.1 in FedAKD's suite)")
     allocation_round: int | None = Field(None, ge=1, description="first allocation round (null: ⌊R/2⌋ + 1)")
     allocation: Literal["once", "every"] = "every"
     train: Literal["submodel", "layer_freeze"] = "submodel"
@@ -162,7 +163,7 @@ class FedSAC(Algorithm[FedSACClient, FedSACServer]):
         """c_k: the accuracy of the client's own model after ``contribution_epochs`` of training alone, as
         the Standalone method trains it (same init stream, batch streams and persistent optimiser)."""
         model = self.ctx.build_model("client", client.cid, name=self.ctx.architectures[client.cid])
-        lr = self.params.contribution_lr or self.ctx.config.training.optimizer.lr
+        lr = self.params.contribution_lr_factor * self.ctx.config.training.optimizer.lr
         optimizer = self.ctx.make_optimizer(model.parameters(), lr)
         alone = Client(client.cid, client.data, model, NoState(), optimizer)
         for epoch in range(1, self.params.contribution_epochs + 1):

@@ -64,13 +64,13 @@ def report_cells(suite: Suite, report: Path) -> list[Cell]:
         return [Cell((METRIC_TITLES[metric],), method, f"{setting} {LABELS[name]}", method, setting,
                      Statistic.model_validate(f"{rounds}_{metric}"))
                 for metric in ACC_METRICS for method in p.methods for setting in p.settings
-                for name, rounds in STATISTICS.items()]
+                if suite.runs_on(method, setting) for name, rounds in STATISTICS.items()]
     if report.name == "paper.md" and suite.paper is not None:
         d = suite.paper.definition
         return [Cell((d.tables[c.table].title, c.label), d.label(method), f"{measure.label} ours", method,
                      c.setting, c.statistics[name], c.key)
                 for c in d.columns_for(list(p.settings)) for name, measure in d.tables[c.table].measures.items()
-                for method in p.methods]
+                for method in p.methods if suite.runs_on(method, c.setting)]
     raise BenchError(f"{report}: not a report bench audit reads; name a suite's summary.md or paper.md "
                      "(reports/<suite>/)")
 

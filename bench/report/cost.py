@@ -163,8 +163,8 @@ def run_cost(config: ExperimentConfig, method: str, setting: str, data_dir: Path
 def suite_costs(suite: Suite, data_dir: Path | None = None) -> list[RunCost]:
     """Every run's cost (one per method and setting: seeds cost the same)."""
     seed = suite.params.suite.seeds[0]
-    return [run_cost(suite.config(method, setting, seed), method, setting, data_dir)
-            for method in suite.params.methods for setting in suite.params.settings]
+    return [run_cost(suite.config(method, setting, seed, timed=False), method, setting, data_dir)
+            for method in suite.params.methods for setting in suite.params.settings if suite.runs_on(method, setting)]
 
 
 def cost_table(suite: Suite, tflops: float | None = None, data_dir: Path | None = None) -> str:

@@ -140,7 +140,7 @@ def pin(suite: Suite, path: Path, per_seed_abs: float | None = None, mean_abs: f
     values = {}
     for method in p.methods:
         values[method] = {}
-        for setting in p.settings:
+        for setting in (s for s in p.settings if suite.runs_on(method, s)):
             seeds = {seed: runs.get((method, setting, seed)) for seed in sorted(p.suite.seeds)}
             per_seed = {seed: seed_values(suite, runs, (method, setting, seed)) if r else {}
                         for seed, r in seeds.items()}

@@ -55,8 +55,9 @@ def run_keys(suite: Suite) -> Iterator[RunKey]:
     p = suite.params
     for method in p.methods:
         for setting in p.settings:
-            for seed in p.suite.seeds:
-                yield method, setting, seed
+            if suite.runs_on(method, setting):
+                for seed in p.suite.seeds:
+                    yield method, setting, seed
 
 
 def _read_json(path: Path) -> Any:

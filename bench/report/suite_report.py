@@ -31,6 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from bench.fileio import atomic_write, write_json, write_text
+from bench.report.paper_figures import paper_figures
 from bench.report.paper_report import markdown_table, paper_markdown
 from bench.report.pinned import PinnedFile, default_pinned_path, load_pinned
 from bench.report.provenance import pinned_display_name, provenance_markdown
@@ -82,7 +83,7 @@ def summarize(suite: Suite, runs: dict[tuple[str, str, int], RunRecord]) -> dict
     """``{method: {setting: cell_stats}}`` (over the finished seeds, counting the diverged ones) plus
     ``time_vs_fedavg`` where the suite has FedAvg."""
     p = suite.params
-    keys = [(m, s, seed) for m in p.methods for s in p.settings for seed in p.suite.seeds]
+    keys = [(m, s, seed) for m in p.methods for s in p.settings if suite.runs_on(m, s) for seed in p.suite.seeds]
     diverged = diverged_runs(suite, [k for k in keys if k not in runs])
     table = {m: {s: cell_stats([runs[m, s, seed] for seed in p.suite.seeds if (m, s, seed) in runs],
                                sum((m, s, seed) in diverged for seed in p.suite.seeds)) for s in p.settings}
@@ -162,17 +163,21 @@ def metrics_files(table: dict[str, dict[str, dict]]) -> dict[str, dict[str, floa
 
 def setting_curves(suite: Suite, runs: dict[tuple[str, str, int], RunRecord],
                    setting: str) -> tuple[np.ndarray, dict[tuple[str, str], np.ndarray]]:
-    """Rounds and, per (method, metric), a (seeds x rounds) array (NaN where not evaluated)."""
+    """Rounds and, per (method, metric), a (seeds x rounds) array (NaN where not evaluated, and past the last
+    round of a method that trains fewer rounds than another: an equal wall-clock budget)."""
     rounds: np.ndarray | None = None
     out: dict[tuple[str, str], np.ndarray] = {}
     for method in suite.params.methods:
         curves = [runs[key].curves() for seed in suite.params.suite.seeds if (key := (method, setting, seed)) in runs]
-        if not curves:  # every seed diverged
+        if not curves:  # every seed diverged, or the method does not run on this setting
             continue
-        rounds = np.array(curves[0]["round"], dtype=int)
+        own = np.array(curves[0]["round"], dtype=int)
+        rounds = own if rounds is None or len(own) > len(rounds) else rounds
         for metric in ACC_METRICS:
             if all(metric in c for c in curves):
                 out[method, metric] = np.array([c[metric] for c in curves], dtype=float)
+    if rounds is not None:
+        out = {key: np.pad(v, ((0, 0), (0, len(rounds) - v.shape[1])), constant_values=np.nan) for key, v in out.items()}
     return (np.zeros(0, dtype=int) if rounds is None else rounds), out
 
 
@@ -240,8 +245,9 @@ def partition_figures(suite: Suite, folder: Path) -> list[Path]:
             for setting in suite.params.settings if (suite.partition_dir(setting) / "partition.json").exists()]
 
 
-def write_report(suite: Suite, out: Path | None = None) -> list[Path]:
-    """Write every report file of the suite (default folder ``<root>/reports/<suite>``); return their paths.
+def write_report(suite: Suite, out: Path | None = None, data_dir: Path | None = None) -> list[Path]:
+    """Write every report file of the suite (default folder ``<root>/reports/<suite>``), with the figures its
+    paper draws (:mod:`bench.report.paper_figures`, from ``data_dir``'s datasets); return their paths.
 
     Raises :class:`~bench.errors.BenchError` naming each missing, failed or stale run."""
     out = Path(out) if out is not None else suite.root / "reports" / suite.name
@@ -259,6 +265,7 @@ def write_report(suite: Suite, out: Path | None = None) -> list[Path]:
         plot_curves(rounds, curves, f"{suite.name}: {setting}", out / "figures" / f"curves_{setting}.png")
         written.append(out / "figures" / f"curves_{setting}.png")
     written += partition_figures(suite, out / "figures")
+    written += paper_figures(suite, runs, out / "figures", data_dir)
     _remove_stale(out, written)
     images = [str(p.relative_to(out)) for p in written if p.suffix == ".png"]
     written.append(write_text(out / "summary.md", summary_markdown(suite, table, runs, images, provenance)))

@@ -188,7 +188,7 @@ def evaluate(ctx: Context, algorithm: Algorithm, server: Server, clients: list[C
     row: dict[str, float] = {}
     records: list[tuple[str, int | None, float]] = []
     drop_last = ctx.config.training.drop_last
-    receives_global = ctx.config.evaluation.client_model == "global"
+    receives_global = ctx.config.evaluation.local_model == "global"
     for evaluation in evaluations:
         if evaluation.model == "global":
             model = algorithm.global_model(server)
@@ -201,8 +201,11 @@ def evaluate(ctx: Context, algorithm: Algorithm, server: Server, clients: list[C
             x, y = _split(client, evaluation.split, test_x, test_y)
             if y is None or x is None or not len(y):
                 continue
-            model = algorithm.global_model(server) if receives_global else algorithm.client_model(client)
-            assert model is not None, "evaluation.client_model: global needs a method with a global model"
+            local_split = evaluation.split in ("local_test", "local_all")
+            model = algorithm.global_model(server) if receives_global and local_split else algorithm.client_model(client)
+            if model is None:
+                raise BenchError(f"evaluation.local_model: global, but {algorithm.name} has no global model; "
+                                 "use local_model: own")
             values.append(accuracy(ctx, model, x, y, drop_last, round_index, evaluation.metric, client.cid))
             records.append((evaluation.metric, client.cid, values[-1]))
         if values:

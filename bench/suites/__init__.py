@@ -6,8 +6,11 @@ A suite is described by a params file (the root ``params.yaml`` for the default 
     suite:    {name, seeds, jobs, executor: serial|processes|ray, ray: {address, cpus_per_run, gpus_per_run,
                max_retries}, paper: <optional: a paper of PAPERS whose tables this suite makes>,
                statistics: [<statistic name>, ...],   # pinned and compared (default: DEFAULT_STATISTICS)
+               timing: <optional: per-round times file of `time_of` budgets, relative to the root>,
                base: <experiment config shared by every run>}
-    settings: {<setting>: <config overlay: partition, dataset, model, budget, ...>, ...}   # columns
+    settings: {<setting>: <config overlay: partition, dataset, model, budget, ...;
+                           optional methods: [<method>, ...]: only these run on it;
+                           optional method_config: {<method>: <overlay of that method's runs here>}>, ...}
     methods:  {<method>: {name: <algorithm, default: the key>, <hyperparameters>...,        # rows
                           config: <optional: overlay of any config section, e.g. {training: {local_steps: 5}}>,
                           needs: <optional: [<method whose run this one needs>, ...]>}, ...}
@@ -15,11 +18,16 @@ A suite is described by a params file (the root ``params.yaml`` for the default 
     figures:  {<figure>: <config overlay of a partition to draw>, ...}              # optional
     profiles: {<profile>: {suite: <deep-merged>, settings/methods/figures: <replace>}}
 
-A run is ``(method, setting, seed)``; its config is ``base`` deep-merged with the setting's overlay
-and the method's ``config`` overlay, then the method's algorithm section and the seed. ``budget``
+A run is ``(method, setting, seed)`` for every method that runs on the setting (all of them unless the
+setting names its ``methods``: a paper table with fewer rows); its config is ``base`` deep-merged with the
+setting's overlay, the method's ``config`` overlay and the setting's ``method_config`` of the method (e.g. a
+per-dataset learning rate of one method), then the method's algorithm section and the seed. ``budget``
 (in ``base``, a setting or a method's ``config``; the last one given wins) sets the training
 length: ``{rounds: R}``, or ``{iterations: I}`` for R = I / training.local_steps (FedAL's
-iteration budgets with per-method τ, specs/fedal.md A11, A15). With a profile the suite is named
+iteration budgets with per-method τ, specs/fedal.md A11, A15), or ``{time_of: {method: M, rounds: R}}``:
+the rounds this method completes in the wall-clock time M takes for R rounds, ⌊R·s_M/s⌋ with s the
+seconds per round the suite's ``timing`` file records for the setting (``bench suite time`` measures
+them; FedAKD's Table 3, specs/fedakd.md §8 R8), so the runs stay deterministic given that file. With a profile the suite is named
 ``<name>-<profile>``. Results live in ``results/<suite>/<method>/<setting>/seed<seed>/`` and
 partitions in ``partitions/<suite>/<setting>/``, both under the params file's folder.
 
@@ -30,6 +38,8 @@ because a statistic compares with it (CF against Standalone, specs/fedakd.md §3
 from __future__ import annotations
 
 import copy
+import json
+import math
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -41,11 +51,11 @@ from bench.config import ExperimentConfig, apply_overrides, describe_validation,
 from bench.experiment import build_config
 from bench.runner.executor import RunRequest
 from bench.errors import BenchError
-from bench.suites import fedhkd
+from bench.suites import fedakd, fedhkd
 from bench.suites.paper import Paper
 from bench.suites.statistics import Statistic
 
-PAPERS: dict[str, Paper] = {paper.definition.name: paper for paper in (fedhkd.PAPER,)}
+PAPERS: dict[str, Paper] = {paper.definition.name: paper for paper in (fedhkd.PAPER, fedakd.PAPER)}
 DEFAULT_STATISTICS = ("final_global_acc", "last5_global_acc", "final_local_acc", "last5_local_acc")
 
 
@@ -70,6 +80,8 @@ class SuiteSection(BaseModel):
     statistics: list[Statistic] = Field(
         default_factory=lambda: [Statistic.model_validate(s) for s in DEFAULT_STATISTICS],
         description="pinned and compared for every run; the paper's cells add theirs")
+    timing: str | None = Field(None, description="the per-round times file of `time_of` budgets (bench suite time), "
+                                                 "relative to the suite's root")
     base: dict[str, Any] = Field(default_factory=dict)
 
 
@@ -92,22 +104,38 @@ class Method(BaseModel):
         return {**(self.model_extra or {}), "name": self.name or key}
 
 
+class TimeOf(BaseModel):
+    """The wall-clock time ``method`` takes for ``rounds`` rounds on the same setting and hardware."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    method: str
+    rounds: int = Field(ge=1)
+
+
 class Budget(BaseModel):
-    """The training length: rounds, or iterations (rounds × training.local_steps, specs/fedal.md A11)."""
+    """The training length: rounds, iterations (rounds × training.local_steps, specs/fedal.md A11), or the
+    wall-clock time of another method's rounds (``time_of``)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     rounds: int | None = Field(None, ge=1)
     iterations: int | None = Field(None, ge=1)
+    time_of: TimeOf | None = None
 
     @model_validator(mode="after")
     def _one(self) -> Budget:
-        if (self.rounds is None) == (self.iterations is None):
-            raise ValueError("give exactly one of budget.rounds and budget.iterations")
+        if sum(v is not None for v in (self.rounds, self.iterations, self.time_of)) != 1:
+            raise ValueError("give exactly one of budget.rounds and budget.iterations (or budget.time_of)")
         return self
 
-    def to_rounds(self, local_steps: int | None) -> int:
+    def to_rounds(self, local_steps: int | None, seconds: dict[str, float] | None = None, method: str = "") -> int:
+        """The rounds; a ``time_of`` budget needs ``seconds`` (per method, the setting's seconds per round;
+        None: the reference's rounds, for what only needs the config's shape, e.g. partitions)."""
         if self.rounds is not None:
             return self.rounds
+        if self.time_of is not None:
+            if seconds is None:
+                return self.time_of.rounds
+            return equal_time_rounds(self.time_of.rounds, seconds[self.time_of.method], seconds[method])
         assert self.iterations is not None
         if local_steps is None:
             raise BenchError(f"budget.iterations={self.iterations} needs training.local_steps (iterations per "
@@ -158,6 +186,25 @@ class Suite:
                 if needed not in p.methods:
                     raise BenchError(f"suite {self.name}: method {method} needs the runs of {needed!r} (`needs`, or "
                                      f"a statistic comparing with it), which is not a method; add it to methods")
+        for setting, overlay in p.settings.items():
+            if unknown := [m for m in overlay.get("method_config") or {} if m not in p.methods]:
+                raise BenchError(f"suite {self.name}: settings.{setting}.method_config names methods the suite lacks: "
+                                 f"{', '.join(map(str, unknown))}")
+            named = overlay.get("methods")
+            if named is None:
+                continue
+            if not isinstance(named, list) or (unknown := [m for m in named if m not in p.methods]):
+                raise BenchError(f"suite {self.name}: settings.{setting}.methods must list methods of the suite"
+                                 + (f"; unknown: {', '.join(map(str, unknown))}" if isinstance(named, list) else ""))
+            for method in named:
+                if missing := [d for d in self.dependencies(method) if d not in named]:
+                    raise BenchError(f"suite {self.name}: {method} runs on {setting} and needs the runs of "
+                                     f"{', '.join(missing)} there; add them to settings.{setting}.methods")
+
+    def runs_on(self, method: str, setting: str) -> bool:
+        """Whether ``method`` runs on ``setting`` (every method does unless the setting names its ``methods``)."""
+        named = self.params.settings[setting].get("methods")
+        return named is None or method in named
 
     @property
     def paper(self) -> Paper | None:
@@ -195,13 +242,16 @@ class Suite:
             visit(method, ())
         return order
 
-    def config(self, method: str, setting: str, seed: int) -> ExperimentConfig:
+    def config(self, method: str, setting: str, seed: int, timed: bool = True) -> ExperimentConfig:
+        """The run's resolved config. ``timed`` False resolves a ``time_of`` budget to the reference's rounds
+        without its timing file (partitions, cost estimates)."""
         p = self.params
         if method not in p.methods:
             raise BenchError(f"suite {self.name} has no method {method!r}; methods: {', '.join(p.methods)}")
         if setting not in p.settings:
             raise BenchError(f"suite {self.name} has no setting {setting!r}; settings: {', '.join(p.settings)}")
-        raw, budget = _merge([p.suite.base, p.settings[setting], p.methods[method].config])
+        raw, budget = _merge([p.suite.base, p.settings[setting], p.methods[method].config,
+                              (p.settings[setting].get("method_config") or {}).get(method, {})])
         raw["algorithm"] = p.methods[method].algorithm(method)
         raw["seed"] = seed
         raw["name"] = f"{self.name}-{method}-{setting}"
@@ -209,7 +259,10 @@ class Suite:
         try:
             if budget is not None:
                 training = raw.setdefault("training", {})
-                training["rounds"] = _budget(budget).to_rounds(training.get("local_steps"))
+                parsed = _budget(budget)
+                seconds = self.round_seconds(setting, [method, parsed.time_of.method]) \
+                    if parsed.time_of is not None and timed else None
+                training["rounds"] = parsed.to_rounds(training.get("local_steps"), seconds, method)
             return build_config(raw)
         except BenchError as exc:
             raise BenchError(f"suite {self.name}, method {method}, setting {setting}: {exc}") from None
@@ -218,7 +271,7 @@ class Suite:
         return [RunRequest(self.config(method, setting, seed), self.run_dir(method, setting, seed), data_dir,
                            self.partition_dir(setting) if (self.partition_dir(setting) / "partition.json").exists()
                            else None)
-                for setting in self.params.settings for seed in self.params.suite.seeds]
+                for setting in self.params.settings if self.runs_on(method, setting) for seed in self.params.suite.seeds]
 
     def figure_config(self, figure: str) -> ExperimentConfig:
         """The config whose dataset and partition make one of the paper's partition figures."""
@@ -231,7 +284,46 @@ class Suite:
 
     def partition_config(self, setting: str) -> ExperimentConfig:
         """The config whose dataset and partition make this setting's partition (any method will do)."""
-        return self.config(next(iter(self.params.methods)), setting, self.params.suite.seeds[0])
+        method = next(m for m in self.params.methods if self.runs_on(m, setting))
+        return self.config(method, setting, self.params.suite.seeds[0], timed=False)
+
+    def timed_settings(self) -> list[str]:
+        """The settings whose budget (in ``base``, the setting or a method's ``config``) is ``time_of``."""
+        p = self.params
+        return [s for s in p.settings if any(
+            (b := self.budget(key, s)) is not None and b.time_of is not None for key in p.methods if self.runs_on(key, s))]
+
+    def budget(self, method: str, setting: str) -> Budget | None:
+        """The budget of the method's runs on the setting (the last one its layers give), if any."""
+        p = self.params
+        raw = _merge([p.suite.base, p.settings[setting], p.methods[method].config,
+                      (p.settings[setting].get("method_config") or {}).get(method, {})])[1]
+        return None if raw is None else _budget(raw)
+
+    @property
+    def timing_path(self) -> Path:
+        """The per-round times file (``suite.timing``, under the root, as results/ and partitions/ are)."""
+        if self.params.suite.timing is None:
+            raise BenchError(f"suite {self.name} has a time_of budget but no suite.timing file; name one "
+                             "(e.g. timing/<suite>.json) and measure it with `bench suite time`")
+        return self.root / self.params.suite.timing
+
+    def round_seconds(self, setting: str, methods: list[str]) -> dict[str, float]:
+        """The seconds per round the timing file records for ``methods`` on ``setting``."""
+        path = self.timing_path
+        try:
+            recorded = json.loads(path.read_text())["settings"]
+        except FileNotFoundError:
+            raise BenchError(f"suite {self.name}: {path} not found; measure the per-round times of the time_of "
+                             f"budgets first: `bench suite time --params {self.params_file}`") from None
+        except (json.JSONDecodeError, KeyError, TypeError) as exc:
+            raise BenchError(f"suite {self.name}: {path} is not a timing file ({exc}); measure it again with "
+                             "`bench suite time`") from None
+        missing = [m for m in methods if m not in recorded.get(setting, {})]
+        if missing:
+            raise BenchError(f"suite {self.name}: {path} has no time per round of {missing} on {setting}; measure "
+                             "it again with `bench suite time`")
+        return {m: float(recorded[setting][m]) for m in methods}
 
     @property
     def methods(self) -> list[str]:
@@ -272,11 +364,17 @@ def load_suite(params_file: str | Path, root: str | Path | None = None,
 
 
 def _merge(layers: list[dict[str, Any]]) -> tuple[dict[str, Any], Any]:
-    """The layers deep-merged in order without their ``budget``, and the last budget given (or None)."""
+    """The layers deep-merged in order without their ``budget`` (and a setting's ``methods``), and the last
+    budget given (or None)."""
     raw: dict[str, Any] = {}
     for layer in layers:
-        raw = deep_merge(raw, {k: v for k, v in layer.items() if k != "budget"})
+        raw = deep_merge(raw, {k: v for k, v in layer.items() if k not in ("budget", "methods", "method_config")})
     return raw, next((layer["budget"] for layer in reversed(layers) if "budget" in layer), None)
+
+
+def equal_time_rounds(reference_rounds: int, reference_seconds: float, seconds: float) -> int:
+    """⌊R·s_ref / s⌋ (at least 1): the rounds completed in the time the reference takes for R rounds."""
+    return max(1, math.floor(reference_rounds * reference_seconds / seconds + 1e-9))
 
 
 def _budget(raw: Any) -> Budget:

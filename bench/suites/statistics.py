@@ -5,14 +5,15 @@ values of the clients (client-id order) to one value (``clients``), then the rou
 (``rounds``). Its name, used in suites, pinned files and reports, reads the same way::
 
     <rounds>_[<clients>_]<metric>
-    rounds:  final | last<k> | max | reach<target>
+    rounds:  final | last<k> | max | reach<target> | count
     clients: clientmax | clientmin | cf(<method>) | cfcode(<method>)      (omitted: the mean over clients)
 
 e.g. ``final_global_acc``, ``last5_local_acc`` (mean over clients, then over the last 5 rounds),
 ``final_clientmax_local_acc`` (FedAKD's Max Client Accuracy), ``final_cf(standalone)_local_acc``
 (FedAKD's CF coefficient as the paper defines it, specs/fedakd.md §3.1), ``last3_cfcode(standalone)_local_acc``
 (CF as the released code computes it, §3.2), ``reach0.85_global_acc`` (DaFKD's rounds to 85%,
-specs/dafkd.md §3.6). ``max`` over rounds selects on the test set: it is secondary (optimistic).
+specs/dafkd.md §3.6), ``count_train_loss`` (the rounds a run completed: FedAKD's Table 3 "Round").
+``max`` over rounds selects on the test set: it is secondary (optimistic).
 A run-level metric (no client column) takes no client reduction.
 
 Records are ``records.csv`` (``round,metric,client,value``, client empty for run-level values)
@@ -35,7 +36,7 @@ from scipy.stats import pearsonr
 from bench.errors import BenchError
 
 RECORDS_HEADER = ["round", "metric", "client", "value"]
-NAME = re.compile(r"(?:(?P<rounds>final|max)|last(?P<k>\d+)|reach(?P<target>\d+(?:\.\d+)?(?:e-\d+)?))_"
+NAME = re.compile(r"(?:(?P<rounds>final|max|count)|last(?P<k>\d+)|reach(?P<target>\d+(?:\.\d+)?(?:e-\d+)?))_"
                   r"(?:client(?P<clients>max|min)_|(?P<cf>cf|cfcode)\((?P<reference>[\w.-]+)\)_)?(?P<metric>\w+)")
 
 Series = dict[int, float]  # round -> value, in round order
@@ -191,7 +192,7 @@ class Statistic(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     metric: str = Field(pattern=r"^\w+$")
-    rounds: Literal["final", "last", "max", "reach"] = "final"
+    rounds: Literal["final", "last", "max", "reach", "count"] = "final"
     k: int | None = Field(None, ge=1, description="rounds: last")
     target: float | None = Field(None, description="rounds: reach")
     clients: Literal["mean", "max", "min", "cf", "cfcode"] = "mean"
@@ -253,6 +254,8 @@ class Statistic(BaseModel):
                 value = last_k(series, records.last_round, self.k)  # type: ignore[arg-type]
             elif self.rounds == "max":
                 value = max_over_rounds(series)
+            elif self.rounds == "count":
+                value = float(len(series))
             else:
                 value = rounds_to_target(series, self.target)  # type: ignore[arg-type]
         except BenchError as exc:
