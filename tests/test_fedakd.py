@@ -14,7 +14,6 @@ import torch
 from bench.algorithms.fedakd import FedAKDParams, correctly_predicted, distillation_objective, kd_loss
 from bench.data.paper_partitions import algorithm2_draws, client_sizes, FedAKDParams as Scheme
 from bench.data.partition import make_partition
-from bench.engine.aggregate import copy_state
 from bench.errors import BenchError
 from bench.runner.federation import run_federation
 from bench.suites import equal_time_rounds, load_suite

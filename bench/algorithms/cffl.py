@@ -36,7 +36,7 @@ from bench.algorithms import register_algorithm
 from bench.algorithms.rewards import Reputations, RewardedClients, RewardParams
 from bench.engine.aggregate import copy_state
 from bench.engine.state import Client, Server
-from bench.engine.vectors import clip_norm, keep_fraction, load_vector, model_vector, parameter_keys
+from bench.engine.vectors import clip_norm, keep_fraction, load_vector, model_vector, parameter_keys, weighted_sum
 
 
 class CFFLParams(RewardParams):
@@ -78,6 +78,10 @@ class CFFL(RewardedClients):
     Params = CFFLParams
     params: CFFLParams
 
+    def __init__(self, params: CFFLParams, ctx: Any) -> None:
+        super().__init__(params, ctx)
+        self._probe: torch.nn.Module | None = None  # scratch: a copy of w_g to score w_g + u_k on
+
     def run_round(self, round_index: int, server: Server[Reputations], clients: list[Client]) -> dict[str, float]:
         assert server.model is not None and server.state.reputation is not None
         p, state = self.params, server.state
@@ -86,13 +90,10 @@ class CFFL(RewardedClients):
         if not alive:  # every client has left: nothing is trained or exchanged
             state.share = {}
             return {"train_loss": 0.0, "clients_left": 0.0}
-        uploads, losses = [], []
-        for client in alive:
-            delta, loss = self.local_delta(round_index, server, client, keys)
-            uploads.append(keep_fraction(clip_norm(delta, p.clip_norm), p.upload_fraction))
-            losses.append(loss)
+        deltas, loss = self.local_deltas(round_index, server, alive, keys)
+        uploads = [keep_fraction(clip_norm(delta, p.clip_norm), p.upload_fraction) for delta in deltas]
         sizes = torch.tensor([float(len(self.pool(c)[1])) for c in alive], dtype=torch.float64)
-        aggregate = sum((w * u for w, u in zip((sizes / sizes.sum()).tolist(), uploads)), torch.zeros_like(uploads[0]))
+        aggregate = weighted_sum(uploads, (sizes / sizes.sum()).tolist())
         global_vector = model_vector(server.model, keys) + aggregate
         load_vector(server.model, global_vector, keys)
 
@@ -115,7 +116,7 @@ class CFFL(RewardedClients):
                 reward = download(aggregate, upload, size / float(sizes.sum()), fraction)
                 state.share[client.cid] = fraction
             self.add_to(client, reward, keys)
-        return {"train_loss": sum(losses) / len(losses), "clients_left": float(len(alive))}
+        return {"train_loss": loss, "clients_left": float(len(alive))}
 
     def probe(self, server: Server) -> torch.nn.Module:
         """A copy of the global model to score candidate parameters on (scratch, overwritten before every use)."""
@@ -124,7 +125,3 @@ class CFFL(RewardedClients):
             self._probe = self.ctx.build_model("cffl-probe")
         copy_state(self._probe, server.model)
         return self._probe
-
-    def __init__(self, params: CFFLParams, ctx: Any) -> None:
-        super().__init__(params, ctx)
-        self._probe: torch.nn.Module | None = None

@@ -32,7 +32,7 @@ from pydantic import Field
 from bench.algorithms import register_algorithm
 from bench.algorithms.rewards import Reputations, RewardedClients, RewardParams
 from bench.engine.state import Client, Server
-from bench.engine.vectors import keep_largest, load_vector, model_vector, parameter_keys, state_keys
+from bench.engine.vectors import keep_largest, load_vector, model_vector, parameter_keys, state_keys, weighted_sum
 
 
 class CGSVParams(RewardParams):
@@ -79,15 +79,10 @@ class CGSV(RewardedClients):
         p, state = self.params, server.state
         keys = parameter_keys(server.model) if p.keys == "parameters" else state_keys(server.model, integers=True)
         starts = [model_vector(c.model, keys) for c in clients]
-        deltas, losses = [], []
-        for client in clients:
-            delta, loss = self.local_delta(round_index, server, client, keys)
-            deltas.append(delta)
-            losses.append(loss)
+        deltas, loss = self.local_deltas(round_index, server, clients, keys)
         weights = ([float(state.reputation[c.cid]) for c in clients] if p.aggregate == "reputation"
-                   else [1.0 / len(clients)] * len(clients))
-        total = sum(weights)
-        aggregate = sum((w / total * d for w, d in zip(weights, deltas)), torch.zeros_like(deltas[0]))
+                   else [1.0] * len(clients))
+        aggregate = weighted_sum(deltas, [w / sum(weights) for w in weights])
         values = torch.zeros_like(state.reputation)
         values[[c.cid for c in clients]] = cosine_values(deltas, aggregate)
         rep = state.reputation.clone()
@@ -103,4 +98,4 @@ class CGSV(RewardedClients):
             base = start if p.reward == "own" else model_vector(client.model, keys)
             load_vector(client.model, base + reward, keys)
             state.share[client.cid] = count / len(aggregate)
-        return {"train_loss": sum(losses) / len(losses)}
+        return {"train_loss": loss}

@@ -38,30 +38,26 @@ round (``selected_share``).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import torch
 import torch.nn.functional as F
-from pydantic import Field, model_validator
+from pydantic import Field
 from torch import nn
 
 from bench.algorithms import register_algorithm
-from bench.algorithms.base import Algorithm, AlgorithmParams
+from bench.algorithms.base import Algorithm
+from bench.algorithms.modes import ModeParams
 from bench.engine.aggregate import copy_state, load_state, weighted_average
 from bench.engine.chunks import chunk_size
 from bench.engine.loop import Loop, Step
 from bench.engine.state import Client, NoState, Server
 
-MODE_DEFAULTS: dict[str, dict[str, str]] = {
-    "paper": {"order": "paper", "data": "train"},
-    "code": {"order": "code", "data": "train_and_test"},
-}
-"""The switches each ``mode`` sets unless given explicitly (§1.3 paper, §1.4 code)."""
-
-
-class FedAKDParams(AlgorithmParams):
-    mode: Literal["paper", "code"] = Field("paper", description="defaults of order and data: Algorithm 1 or the "
-                                                                 "released code (§1.4)")
+class FedAKDParams(ModeParams):
+    MODE_DEFAULTS: ClassVar[dict[str, dict[str, Any]]] = {
+        "paper": {"order": "paper", "data": "train"},  # Algorithm 1 (§1.3)
+        "code": {"order": "code", "data": "train_and_test"},  # the released fedack.py (§1.4)
+    }
     alpha: float = Field(1.0, ge=0, description="α, weight of KD in global→local distillation (Eq. 2)")
     beta: float = Field(1.0, ge=0, description="β, weight of KD in local→global distillation (Eq. 5)")
     temperature: float = Field(1.0, gt=0, description="τ of the KD softmaxes (Table 6 T)")
@@ -71,13 +67,6 @@ class FedAKDParams(AlgorithmParams):
     global_to_local: bool = Field(True, description="Step 1; false: w_k ← w_g instead (Single-Dist)")
     weighting: Literal["data", "correct"] = Field("data", description="aggregation weights |D_k|, or |I_k| "
                                                                        "(Correct-Agg.)")
-
-    @model_validator(mode="before")
-    @classmethod
-    def _mode_defaults(cls, data: Any) -> Any:
-        if isinstance(data, dict) and data.get("mode", "paper") in MODE_DEFAULTS:
-            return {**MODE_DEFAULTS[data.get("mode", "paper")], **data}
-        return data
 
 
 def kd_loss(student_logits: torch.Tensor, teacher_logits: torch.Tensor, temperature: float) -> torch.Tensor:

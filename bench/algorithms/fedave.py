@@ -26,7 +26,7 @@ from pydantic import Field
 from bench.algorithms import register_algorithm
 from bench.algorithms.rewards import Reputations, RewardedClients, RewardParams
 from bench.engine.state import Client, Server
-from bench.engine.vectors import keep_fraction, load_vector, model_vector, state_keys
+from bench.engine.vectors import keep_fraction, load_vector, model_vector, state_keys, weighted_sum
 
 
 class FedAVEParams(RewardParams):
@@ -61,13 +61,10 @@ class FedAVE(RewardedClients):
         assert server.model is not None and server.state.reputation is not None
         p, state = self.params, server.state
         keys = state_keys(server.model, integers=p.keys == "state")
-        uploads, losses = [], []
-        for client in clients:
-            delta, loss = self.local_delta(round_index, server, client, keys)
-            uploads.append(keep_fraction(delta, p.upload_fraction))
-            losses.append(loss)
+        deltas, loss = self.local_deltas(round_index, server, clients, keys)
+        uploads = [keep_fraction(delta, p.upload_fraction) for delta in deltas]
         sizes = [float(len(self.pool(c)[1])) for c in clients]
-        aggregate = sum((n / sum(sizes) * u for n, u in zip(sizes, uploads)), torch.zeros_like(uploads[0]))
+        aggregate = weighted_sum(uploads, [n / sum(sizes) for n in sizes])
         load_vector(server.model, model_vector(server.model, keys) + aggregate, keys)
 
         val_x, val_y = self.validation(clients)
@@ -78,6 +75,6 @@ class FedAVE(RewardedClients):
         state.share = {}
         for client in clients:
             fraction = download_fraction(float(state.reputation[client.cid]), p.base, p.beta)
-            load_vector(client.model, model_vector(client.model, keys) + keep_fraction(aggregate, fraction), keys)
+            self.add_to(client, keep_fraction(aggregate, fraction), keys)
             state.share[client.cid] = fraction
-        return {"train_loss": sum(losses) / len(losses)}
+        return {"train_loss": loss}

@@ -18,29 +18,23 @@ numbers (§0.9); here CF is a statistic of the suite, computed the same way for 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import torch
-from pydantic import Field, model_validator
+from pydantic import Field
 
 from bench.algorithms import register_algorithm
 from bench.algorithms.base import AveragingParams, ParameterAveraging
+from bench.algorithms.modes import ModeParams
 from bench.engine.loop import Step
 from bench.engine.state import Client, NoState, Server, Update
 
 
-class FedDCParams(AveragingParams):
-    mode: Literal["paper", "code"] = "paper"
+class FedDCParams(ModeParams, AveragingParams):
+    MODE_DEFAULTS: ClassVar[dict[str, dict[str, Any]]] = {"code": {"correction": False}}
     alpha: float = Field(1.0, ge=0, description="α of the drift penalty")
     correction: bool = Field(True, description="the gradient-correction term ⟨θ, g − g_k⟩ (code: false)")
     weighting: Literal["samples", "uniform"] = "uniform"
-
-    @model_validator(mode="before")
-    @classmethod
-    def _mode_defaults(cls, data: Any) -> Any:
-        if isinstance(data, dict) and data.get("mode", "paper") == "code":
-            return {"correction": False, **data}
-        return data
 
 
 @dataclass

@@ -15,37 +15,28 @@ readings, the spec gives none] and weights by data size (FedAvg) [I]. Prune frac
 """
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
-from pydantic import Field, model_validator
+from pydantic import Field
 from torch import nn
 
 from bench.algorithms import register_algorithm
 from bench.algorithms.base import AveragingParams, ParameterAveraging
+from bench.algorithms.modes import ModeParams
 from bench.engine.loop import Step
 from bench.engine.state import Client, NoState, Server, Update
 
-MODE_DEFAULTS: dict[str, dict[str, Any]] = {
-    "paper": {"dropout": 0.2, "input_noise": 0.1, "weighting": "samples"},
-    "code": {"dropout": 0.0, "input_noise": 0.0, "weighting": "uniform"},
-}
-
-
-class FedMPRParams(AveragingParams):
-    mode: Literal["paper", "code"] = "paper"
+class FedMPRParams(ModeParams, AveragingParams):
+    MODE_DEFAULTS: ClassVar[dict[str, dict[str, Any]]] = {
+        "paper": {"dropout": 0.2, "input_noise": 0.1, "weighting": "samples"},
+        "code": {"dropout": 0.0, "input_noise": 0.0, "weighting": "uniform"},
+    }
     prune_fraction: float = Field(0.1, ge=0, lt=1, description="quantile of |θ| below which entries are pruned")
     weight_decay: float = Field(1e-4, ge=0, description="λ of the L2 term (λ/2)‖θ‖²")
     dropout: float = Field(0.2, ge=0, lt=1, description="dropout rate on the features (hybrid regularisation)")
     input_noise: float = Field(0.1, ge=0, description="std of Gaussian noise on the inputs (hybrid regularisation)")
-
-    @model_validator(mode="before")
-    @classmethod
-    def _mode_defaults(cls, data: Any) -> Any:
-        if isinstance(data, dict) and data.get("mode", "paper") in MODE_DEFAULTS:
-            return {**MODE_DEFAULTS[data.get("mode", "paper")], **data}
-        return data
 
 
 @torch.no_grad()

@@ -34,31 +34,30 @@ global model and that aggregation with full masks.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import torch
 import torch.nn.functional as F
-from pydantic import Field, model_validator
+from pydantic import Field
 from torch import nn
 
 from bench.algorithms import register_algorithm
-from bench.algorithms.base import Algorithm, AlgorithmParams
+from bench.algorithms.base import Algorithm
+from bench.algorithms.modes import ModeParams
 from bench.engine.aggregate import load_state, weighted_average
 from bench.engine.loop import Loop
 from bench.engine.state import Client, NoState, Server
 from bench.engine.validation import ValidationSource, server_validation
 from bench.errors import BenchError
 
-MODE_DEFAULTS: dict[str, dict[str, Any]] = {
-    "paper": {"allocation": "every", "train": "submodel", "aggregate": "dynamic", "keep": "share",
-              "validation": "split", "contribution_split": "validation"},
-    "code": {"allocation": "once", "train": "layer_freeze", "aggregate": "masked_mean", "keep": "count",
-             "validation": "head", "contribution_split": "test"},
-}
 
-
-class FedSACParams(AlgorithmParams):
-    mode: Literal["paper", "code"] = "paper"
+class FedSACParams(ModeParams):
+    MODE_DEFAULTS: ClassVar[dict[str, dict[str, Any]]] = {
+        "paper": {"allocation": "every", "train": "submodel", "aggregate": "dynamic", "keep": "share",
+                  "validation": "split", "contribution_split": "validation"},
+        "code": {"allocation": "once", "train": "layer_freeze", "aggregate": "masked_mean", "keep": "count",
+                 "validation": "head", "contribution_split": "test"},
+    }
     beta: float = Field(2.0, ge=0, description="β of the reputation mapping exp(β·c)")
     contribution_epochs: int = Field(20, ge=1, description="epochs of standalone training that measure c_k")
     contribution_lr_factor: float = Field(1.0, gt=0, description="its learning rate, × training.optimizer.lr (the "
@@ -71,21 +70,19 @@ class FedSACParams(AlgorithmParams):
     validation: ValidationSource = "split"
     contribution_split: Literal["validation", "test"] = "validation"
 
-    @model_validator(mode="before")
-    @classmethod
-    def _mode_defaults(cls, data: Any) -> Any:
-        if isinstance(data, dict) and data.get("mode", "paper") in MODE_DEFAULTS:
-            return {**MODE_DEFAULTS[data.get("mode", "paper")], **data}
-        return data
 
-
-Filter = tuple[str, str, int]  # (weight key, bias key, output channel) of one convolution filter
+Filter = tuple[str, str | None, int]  # (weight key, bias key or None, output channel) of one convolution filter
 
 
 def conv_filters(model: nn.Module) -> list[Filter]:
     """Every output channel of every Conv2d, in module order: the neurons FedSAC allocates."""
-    return [(f"{name}.weight", f"{name}.bias", i) for name, module in model.named_modules()
-            if isinstance(module, nn.Conv2d) for i in range(module.out_channels)]
+    return [(f"{name}.weight", f"{name}.bias" if module.bias is not None else None, i)
+            for name, module in model.named_modules() if isinstance(module, nn.Conv2d)
+            for i in range(module.out_channels)]
+
+
+def _filter_keys(weight: str, bias: str | None) -> list[str]:
+    return [weight] if bias is None else [weight, bias]
 
 
 def reputations(contribution: torch.Tensor, beta: float) -> torch.Tensor:
@@ -118,11 +115,13 @@ def filter_importance(model: nn.Module, filters: list[Filter], x: torch.Tensor, 
     base = loss()
     scores = torch.zeros(len(filters), dtype=torch.float64)
     for i, (weight, bias, channel) in enumerate(filters):
-        saved = state[weight][channel].clone(), state[bias][channel].clone()
-        state[weight][channel] = 0
-        state[bias][channel] = 0
+        keys = _filter_keys(weight, bias)
+        saved = [state[k][channel].clone() for k in keys]
+        for k in keys:
+            state[k][channel] = 0
         scores[i] = max(0.0, loss() - base)
-        state[weight][channel], state[bias][channel] = saved
+        for k, value in zip(keys, saved):
+            state[k][channel] = value
     model.train(was_training)
     return scores / scores.sum() * 100 if scores.sum() > 0 else scores
 
@@ -133,8 +132,8 @@ def apply_mask(state: dict[str, torch.Tensor], filters: list[Filter], mask: torc
     out = {k: v.clone() for k, v in state.items()}
     for (weight, bias, channel), kept in zip(filters, mask.tolist()):
         if not kept:
-            out[weight][channel] = 0
-            out[bias][channel] = 0
+            for k in _filter_keys(weight, bias):
+                out[k][channel] = 0
     return out
 
 
@@ -226,11 +225,12 @@ class FedSAC(Algorithm[FedSACClient, FedSACServer]):
                 conv = modules[name]
                 kept = torch.tensor([bool(k) for (w, _, _), k in zip(filters, mask.tolist())
                                      if w == f"{name}.weight"], device=conv.weight.device)
+                params = [p for p in (conv.weight, conv.bias) if p is not None]
                 if self.params.train == "submodel":  # gradients of the un-kept filters masked to 0
-                    handles += [conv.weight.register_hook(lambda g, k=kept: g * k.view(-1, 1, 1, 1)),
-                                conv.bias.register_hook(lambda g, k=kept: g * k)]
+                    handles += [p.register_hook(lambda g, k=kept: g * k.view(-1, *[1] * (g.dim() - 1)))
+                                for p in params]
                 elif not bool(kept[-1]):  # the code: the whole layer follows its last filter
-                    frozen += [conv.weight, conv.bias]
+                    frozen += params
         for param in frozen:
             param.requires_grad_(False)
         try:
@@ -252,15 +252,13 @@ class FedSAC(Algorithm[FedSACClient, FedSACServer]):
             load_state(server.model, weighted_average(masked, [1.0] * len(masked), keys), strict=False)
             return
         new = weighted_average(uploads, sizes)
+        current = server.model.state_dict()
         for i, (weight, bias, channel) in enumerate(filters):
             holders = [j for j, m in enumerate(masks) if bool(m[i])]
-            if not holders:
-                new[weight][channel] = server.model.state_dict()[weight][channel]
-                new[bias][channel] = server.model.state_dict()[bias][channel]
-                continue
             total = sum(sizes[j] for j in holders)
-            new[weight][channel] = sum(sizes[j] / total * uploads[j][weight][channel] for j in holders)
-            new[bias][channel] = sum(sizes[j] / total * uploads[j][bias][channel] for j in holders)
+            for key in _filter_keys(weight, bias):
+                new[key][channel] = (sum(sizes[j] / total * uploads[j][key][channel] for j in holders) if holders
+                                     else current[key][channel])
         load_state(server.model, new)
 
     def client_records(self, server: Server[FedSACServer], clients: list[Client[FedSACClient]]) -> dict[str, dict[int, float]]:

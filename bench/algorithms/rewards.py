@@ -17,12 +17,12 @@ on the train split; ``code``: FedAKD's released scripts, §4 [C]):
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Literal
 
 import torch
-from pydantic import Field, model_validator
 
-from bench.algorithms.base import Algorithm, AlgorithmParams
+from bench.algorithms.base import Algorithm
+from bench.algorithms.modes import ModeParams
 from bench.engine.aggregate import copy_state
 from bench.engine.evaluation import LOCAL_ACC, Evaluation
 from bench.engine.state import Client, NoState, Server
@@ -30,19 +30,10 @@ from bench.engine.validation import ValidationSource, server_validation
 from bench.engine.vectors import load_vector, model_vector
 
 
-class RewardParams(AlgorithmParams):
-    mode: Literal["paper", "code"] = Field("paper", description="defaults of start, data and validation")
+class RewardParams(ModeParams):
     start: Literal["own", "global"] = "own"
     data: Literal["train", "all"] = "train"
     validation: ValidationSource = "split"
-
-    @model_validator(mode="before")
-    @classmethod
-    def _mode_defaults(cls, data: Any) -> Any:
-        defaults: dict[str, dict[str, Any]] = getattr(cls, "MODE_DEFAULTS", {})
-        if isinstance(data, dict) and data.get("mode", "paper") in defaults:
-            return {**defaults[data.get("mode", "paper")], **data}
-        return data
 
 
 @dataclass
@@ -79,16 +70,20 @@ class RewardedClients(Algorithm[NoState, Reputations]):
     def validation(self, clients: list[Client]) -> tuple[torch.Tensor, torch.Tensor]:
         return server_validation(clients, self.params.validation)
 
-    def local_delta(self, round_index: int, server: Server, client: Client, keys: list[str]) -> tuple[torch.Tensor, float]:
-        """One local pass from the start model (``start``) over :meth:`pool`: the update of ``keys`` as a flat
-        vector (new − start) and the mean loss. The client's model holds the trained model afterwards."""
+    def local_deltas(self, round_index: int, server: Server, clients: list[Client],
+                     keys: list[str]) -> tuple[list[torch.Tensor], float]:
+        """Each client's local pass from its start model (``start``) over :meth:`pool`: the updates of ``keys`` as
+        flat vectors (new − start), in client order, and the mean loss. Each client's model holds its trained
+        model afterwards."""
         assert server.model is not None
-        if self.params.start == "global":
-            copy_state(client.model, server.model)
-        before = model_vector(client.model, keys)
-        x, y = self.pool(client)
-        loss = self.ctx.local_train(client, round_index, self.local_loss, data=(x, y))
-        return model_vector(client.model, keys) - before, loss
+        deltas, losses = [], []
+        for client in clients:
+            if self.params.start == "global":
+                copy_state(client.model, server.model)
+            before = model_vector(client.model, keys)
+            losses.append(self.ctx.local_train(client, round_index, self.local_loss, data=self.pool(client)))
+            deltas.append(model_vector(client.model, keys) - before)
+        return deltas, sum(losses) / len(losses)
 
     @torch.no_grad()
     def add_to(self, client: Client, vector: torch.Tensor, keys: list[str]) -> None:

@@ -74,6 +74,14 @@ def keep_fraction(vector: torch.Tensor, fraction: float) -> torch.Tensor:
     return keep_largest(vector, int(vector.numel() * fraction))
 
 
+def weighted_sum(vectors: Sequence[torch.Tensor], weights: Sequence[float]) -> torch.Tensor:
+    """Σ_k w_k · v_k, summed in the given (client-id) order."""
+    total = torch.zeros_like(vectors[0])
+    for weight, vector in zip(weights, vectors):
+        total = total + weight * vector
+    return total
+
+
 def clip_norm(vector: torch.Tensor, max_norm: float) -> torch.Tensor:
     """``vector`` scaled down to L2 norm ``max_norm`` if it is longer (unchanged otherwise)."""
     norm = torch.linalg.vector_norm(vector)

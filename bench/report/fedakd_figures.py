@@ -34,6 +34,7 @@ from scipy.stats import gaussian_kde, pearsonr
 from bench.data import load_dataset
 from bench.data.paper_partitions import FedAKDParams, algorithm2_draws, pca_coordinates
 from bench.data.partition import Partition, load_partition
+from bench.data.prepared import PreparedDataset
 from bench.fileio import atomic_write, write_text
 from bench.report.paper_figures import register_figures
 from bench.report.runs import RunKey, RunRecord
@@ -90,6 +91,15 @@ def shift_settings(suite: Suite) -> dict[str, FedAKDParams]:
 def ics5_setting(suite: Suite) -> str | None:
     return next((s for s, p in shift_settings(suite).items()
                  if p.setting == "ics" and p.form == "paper" and p.shift == 5.0), None)
+
+
+def ics5_inputs(suite: Suite, data_dir: Path | None) -> tuple[str, PreparedDataset, Partition] | None:
+    """The ICS(5) setting, its dataset and its partition (None: the suite has no such setting)."""
+    setting = ics5_setting(suite)
+    if setting is None:
+        return None
+    config = suite.partition_config(setting)
+    return setting, load_dataset(config.dataset.name, data_dir), load_partition(suite.partition_dir(setting))
 
 
 def client_pools(partition: Partition) -> list[np.ndarray]:
@@ -158,12 +168,10 @@ def final_client_values(record: RunRecord, metric: str) -> dict[int, float]:
 
 
 def contributions(suite: Suite, runs: Mapping[RunKey, RunRecord], folder: Path, data_dir: Path | None) -> list[Path]:
-    setting = ics5_setting(suite)
-    if setting is None:
+    inputs = ics5_inputs(suite, data_dir)
+    if inputs is None:
         return []
-    config = suite.partition_config(setting)
-    data = load_dataset(config.dataset.name, data_dir)
-    partition = load_partition(suite.partition_dir(setting))
+    setting, data, partition = inputs
     coords = pca_coordinates(data.train_x)[:, :2]
     mu, cov = fit(coords)
     pools = client_pools(partition)
@@ -282,12 +290,10 @@ def runtime_and_loss(suite: Suite, runs: Mapping[RunKey, RunRecord], folder: Pat
 def kl_approximation(suite: Suite, folder: Path, data_dir: Path | None) -> list[Path]:
     from sklearn.decomposition import PCA
 
-    setting = ics5_setting(suite)
-    if setting is None:
+    inputs = ics5_inputs(suite, data_dir)
+    if inputs is None:
         return []
-    config = suite.partition_config(setting)
-    data = load_dataset(config.dataset.name, data_dir)
-    partition = load_partition(suite.partition_dir(setting))
+    setting, data, partition = inputs
     pools = client_pools(partition)
     flat = data.train_x.reshape(len(data.train_x), -1).astype(np.float64) / 255.0
     dims = int(min(100, flat.shape[1], max(2, min(len(p) for p in pools) // 2)))
