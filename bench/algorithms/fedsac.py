@@ -17,8 +17,9 @@ and gives client k its ``keep`` most important filters (:func:`submodel_mask`: c
 ⌊r_k·N/100⌋; at least 1). The mask is the client's reward, typed client state, recorded as ``submodel_share``.
 
     switch       paper [I]                                 code [C]
-    allocation   every round from ``allocation_round`` on  once, at round ⌊R/2⌋ + 1 (``allocation_round``
-                                                           null; Table 6 says 15 of 20)
+    allocation   every round from ``allocation_round``     once, at ``allocation_round`` (null: the
+                 on (null: Table 6's mid_round 15 of 20,   code's ⌊R/2⌋ + 1)
+                 0-based: ⌊0.75·R⌋ + 1)
     train        the client's submodel (global with its    the full global model, each conv layer frozen
                  un-kept filters zeroed), gradients of     whole iff its *last* filter is un-kept (the
                  un-kept filters masked to 0               code's requires_grad bug)
@@ -62,7 +63,8 @@ class FedSACParams(ModeParams):
     contribution_epochs: int = Field(20, ge=1, description="epochs of standalone training that measure c_k")
     contribution_lr_factor: float = Field(1.0, gt=0, description="its learning rate, × training.optimizer.lr (the "
                                                                   "Standalone run's ratio: 0.1 in FedAKD's suite)")
-    allocation_round: int | None = Field(None, ge=1, description="first allocation round (null: ⌊R/2⌋ + 1)")
+    allocation_round: int | None = Field(None, ge=1, description="first allocation round (null: code ⌊R/2⌋ + 1, "
+                                                                  "paper ⌊0.75·R⌋ + 1)")
     allocation: Literal["once", "every"] = "every"
     train: Literal["submodel", "layer_freeze"] = "submodel"
     aggregate: Literal["dynamic", "masked_mean"] = "dynamic"
@@ -180,7 +182,10 @@ class FedSAC(Algorithm[FedSACClient, FedSACServer]):
     # -- a round ---------------------------------------------------------------------------------
 
     def allocates(self, round_index: int) -> bool:
-        first = self.params.allocation_round or self.ctx.config.training.rounds // 2 + 1
+        """An allocation round: from ``allocation_round`` on (paper), or only then (code); by default the code's
+        ⌊R/2⌋ + 1 in code mode and Table 6's mid_round 15 of 20 (0-based), ⌊0.75·R⌋ + 1, in paper mode."""
+        rounds = self.ctx.config.training.rounds
+        first = self.params.allocation_round or (rounds // 2 + 1 if self.params.mode == "code" else int(0.75 * rounds) + 1)
         return round_index == first if self.params.allocation == "once" else round_index >= first
 
     def run_round(self, round_index: int, server: Server[FedSACServer],

@@ -35,11 +35,12 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from bench.config import ExperimentConfig
 from bench.data import dataset_names, get_dataset_spec, load_dataset
-from bench.data.partition import make_partition
+from bench.data.partition import get_partitioner, make_partition
 from bench.errors import BenchError
 from bench.experiment import build_config
 from bench.models import build_model, get_model_entry
 from bench.models.inventory import forward_flops
+from bench.rng import numpy_stream
 from bench.report.paper_report import markdown_table
 from bench.report.runs import find_runs
 from bench.runner.federation import evaluation_rounds, partition_for, run_federation
@@ -94,7 +95,8 @@ def _measurement(config: ExperimentConfig, dataset: str, rounds: int) -> Experim
     raw = config.to_dict()
     raw |= {"name": "cost", "seed": 0, "dataset": {"name": dataset}, "device": "cpu", "threads": 1,
             "partition": {"scheme": "iid", "num_clients": MEASURE_CLIENTS, "seed": 0,
-                          "local_test_fraction": max(0.0, 1 - 1.5 * batch / per_client)},
+                          "local_test_fraction": max(0.0, 1 - 1.5 * batch / per_client),
+                          "validation_fraction": config.partition.validation_fraction},
             "participation": {"fraction": 1.0}, "public": {"size": public, "source": "carve"},
             "training": {**raw["training"], "rounds": rounds},
             "evaluation": {**raw["evaluation"], "global_model": False, "local_models": False,
@@ -133,13 +135,18 @@ def _images_per_round(config: ExperimentConfig, sizes: list[int]) -> int:
 
 
 def _paper_sizes(config: ExperimentConfig) -> tuple[list[int], list[int]]:
-    """Train and local-test sizes per client of the setting's partition, on evenly spread labels."""
+    """Train and local-test sizes per client of the setting's partition, on evenly spread labels (and, for a
+    scheme that selects by the images, on seeded random images of the dataset's shape: sizes only)."""
     spec = get_dataset_spec(config.dataset.name)
     p = config.partition
     labels = np.arange(spec.num_train - (config.public.size if config.public.source == "carve" else 0)) \
         % spec.num_classes
+    features = None
+    if "features" in get_partitioner(p.scheme).needs:
+        features = numpy_stream(0, "cost-images").integers(0, 256, (len(labels), *spec.image_shape), dtype=np.uint8)
     part = make_partition(labels, spec.num_classes, p.scheme, p.num_clients, p.seed, p.scheme_params,
-                          p.local_test_fraction, test_labels=np.arange(spec.num_test) % spec.num_classes)
+                          p.local_test_fraction, test_labels=np.arange(spec.num_test) % spec.num_classes,
+                          features=features)
     return [len(t) for t in part.train], [len(t) for t in part.local_test]
 
 

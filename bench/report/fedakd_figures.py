@@ -21,7 +21,8 @@ private EHR data):
   whitened PCA space (the paper: a VAE's 100-D latent; here M = min(100, d, ⌊n_min/2⌋) so every client's
   covariance is invertible).
 
-The ICS(5) setting is the first of the suite whose partition is Algorithm 2's ICS with C = 5.
+The ICS(5) setting is the first of the suite whose partition is Algorithm 2's ICS with C = 5 (in the
+``paper_code`` profile, devide.py's ICS).
 """
 from __future__ import annotations
 
@@ -89,8 +90,10 @@ def shift_settings(suite: Suite) -> dict[str, FedAKDParams]:
 
 
 def ics5_setting(suite: Suite) -> str | None:
-    return next((s for s, p in shift_settings(suite).items()
-                 if p.setting == "ics" and p.form == "paper" and p.shift == 5.0), None)
+    """The first ICS setting with C = 5 (devide.py's form, where C is unused, only if Algorithm 2's is absent)."""
+    candidates = [(p.form != "paper", i, s) for i, (s, p) in enumerate(shift_settings(suite).items())
+                  if p.setting == "ics" and p.shift == 5.0]
+    return min(candidates)[2] if candidates else None
 
 
 def ics5_inputs(suite: Suite, data_dir: Path | None) -> tuple[str, PreparedDataset, Partition] | None:
