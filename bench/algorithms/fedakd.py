@@ -53,6 +53,7 @@ from bench.engine.chunks import chunk_size
 from bench.engine.loop import Loop, Step
 from bench.engine.state import Client, NoState, Server
 
+
 class FedAKDParams(ModeParams):
     MODE_DEFAULTS: ClassVar[dict[str, dict[str, Any]]] = {
         "paper": {"order": "paper", "data": "train"},  # Algorithm 1 (§1.3)

@@ -28,6 +28,7 @@ from bench.algorithms.modes import ModeParams
 from bench.engine.loop import Step
 from bench.engine.state import Client, NoState, Server, Update
 
+
 class FedMPRParams(ModeParams, AveragingParams):
     MODE_DEFAULTS: ClassVar[dict[str, dict[str, Any]]] = {
         "paper": {"dropout": 0.2, "input_noise": 0.1, "weighting": "samples"},

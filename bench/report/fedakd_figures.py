@@ -142,8 +142,12 @@ def partition_sanity(suite: Suite, folder: Path, data_dir: Path | None) -> list[
               "classes per client", "mean KL(client ‖ global), 2-D PCA"]
     table = "\n".join(["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
                       + ["| " + " | ".join(r) + " |" for r in rows])
+    by_c = sorted((p.shift, kl) for p, kl in points if p.form == "paper" and p.setting == "ics")
+    trend = ("" if len(by_c) < 2 else "\n\nThe clients' mean KL to the global Gaussian "
+             + ("**increases** with C" if all(a[1] < b[1] for a, b in zip(by_c, by_c[1:])) else "does **not** increase with C")
+             + " on Algorithm 2's ICS partitions: " + ", ".join(f"C = {c:g}: {kl:.4f}" for c, kl in by_c) + ".")
     written = [write_text(folder / "fedakd_partition_sanity.md",
-                          f"# Partition sanity (specs/fedakd.md §8 R0), suite `{suite.name}`\n\n{table}\n")]
+                          f"# Partition sanity (specs/fedakd.md §8 R0), suite `{suite.name}`\n\n{table}{trend}\n")]
     fig, (ax,) = _figure(5.5, 3.6, 1)
     for form, marker in (("paper", "o"), ("code", "s")):
         shown = sorted((p.shift, kl) for p, kl in points if p.form == form and p.setting == "ics")
