@@ -274,3 +274,30 @@ def test_each_table_runs_only_its_rows_and_standalone_runs_wherever_cf_needs_it(
     assert suite.config("fedavg", "cifar10-ics5", 0).training.optimizer.lr == 0.005
     with pytest.raises(BenchError, match="needs the runs of standalone"):
         load_suite(PARAMS, overrides=["profile=paper", "settings.fmnist-pow.methods=[fedavg]"])
+
+
+def test_runner_options_fedakds_suite_uses(data_dir: Path, tmp_path: Path) -> None:
+    """`evaluation.local_model: global` scores the global model on every local test split (Acc_p of the FedAvg
+    family); `evaluation.global_train_loss` records the global model's CE on the union of the train splits;
+    `tracking.save_model` writes the final global model; none of them is in a default config's hash."""
+    from bench.runner.executor import RunRequest, run_experiment
+
+    plain = small_config(partition={"num_clients": 3, "local_test_fraction": 0.2}, training={"rounds": 2})
+    cfg = small_config(partition={"num_clients": 3, "local_test_fraction": 0.2}, training={"rounds": 2},
+                       evaluation={"local_model": "global", "global_train_loss": True},
+                       tracking={"save_model": True})
+    assert "local_model" not in plain.to_dict()["evaluation"] and "save_model" not in plain.to_dict()["tracking"]
+    run_experiment(RunRequest(cfg, tmp_path / "run", data_dir))
+    records = Records.from_csv((tmp_path / "run" / "records.csv").read_text(), "run")
+    state = run_federation(cfg, data_dir).state
+    model = state.server.model.eval()
+    for client in state.clients:
+        with torch.no_grad():
+            expected = float((model(client.data.test_x)[1].argmax(1) == client.data.test_y).float().mean())
+        assert records.clients("local_acc", 2)[client.cid] == pytest.approx(expected)
+    with torch.no_grad():
+        loss = sum(float(torch.nn.functional.cross_entropy(model(c.data.x)[1], c.data.y, reduction="sum"))
+                   for c in state.clients) / sum(c.data.num_samples for c in state.clients)
+    assert records.series("global_train_loss")[2] == pytest.approx(loss, rel=1e-5)
+    saved = torch.load(tmp_path / "run" / "model.pt", weights_only=True)
+    assert all(torch.equal(saved[k], v) for k, v in model.state_dict().items())
