@@ -199,7 +199,7 @@ def _suite_train(args: argparse.Namespace) -> int:
 def _suite_report(args: argparse.Namespace) -> int:
     from bench.report.suite_report import write_report
 
-    paths = write_report(_suite(args), args.out)
+    paths = write_report(_suite(args), args.out, args.data_dir)
     print(f"wrote {len(paths)} files to {paths[-1].parent}")
     return 0
 
@@ -208,6 +208,15 @@ def _suite_cost(args: argparse.Namespace) -> int:
     from bench.report.cost import cost_table
 
     print(cost_table(_suite(args), args.tflops, args.data_dir))
+    return 0
+
+
+def _suite_time(args: argparse.Namespace) -> int:
+    from bench.suites.timing import write_timing
+
+    suite = _suite(args)
+    path = write_timing(suite, args.data_dir, args.rounds, args.repeats)
+    print(f"wrote the per-round times of {len(suite.timed_settings())} timed setting(s) to {path}")
     return 0
 
 
@@ -392,6 +401,10 @@ def build_parser() -> argparse.ArgumentParser:
                   "training FLOPs measured on a stand-in of each setting's data)", _suite_cost).add_argument(
         "--tflops", type=float, default=None, help="assumed sustained TFLOP/s of one GPU (default: "
         "DEFAULT_TFLOPS of bench/report/cost.py, which states where it comes from)")
+    timing = suite_command("time", "measure every method's seconds per round on the settings whose budget is time_of "
+                           "(deliberately, like pinning: the runs' rounds derive from the file it writes)", _suite_time)
+    timing.add_argument("--rounds", type=int, default=5, help="rounds per probe (the first and last are left out)")
+    timing.add_argument("--repeats", type=int, default=3, help="turns every method takes (the median is kept)")
     pin = suite_command("pin", "rewrite the suite's pinned values from its runs (deliberately)", _pin, sub)
     pin.add_argument("--out", type=Path, help="pinned file (default: reports/pinned/<suite>.json beside --params)")
     pin.add_argument("--per-seed-tol", type=float, help="absolute tolerance per seed in another environment "

@@ -132,6 +132,13 @@ class EvaluationConfig(Strict):
         "training.batch_size, the last partial batch dropped on client splits when training.drop_last "
         "(FedHKD's released code, specs/fedhkd.md §3.7); left out of the resolved config at its default, "
         "so the runs from before it keep their hash"))
+    local_model: Literal["own", "global"] = Field("own", exclude_if=lambda v: v == "own", description=(
+        "the model evaluated on each client's local test split (local_acc): its own, or the global model it "
+        "receives (FedAKD's Acc_p of the FedAvg family, specs/fedakd.md §0.11); left out of the resolved "
+        "config at its default"))
+    global_train_loss: bool = Field(False, exclude_if=lambda v: not v, description=(
+        "record global_train_loss: the global model's cross-entropy on the union of the clients' train splits "
+        "(specs/fedakd.md §3.4, Fig. 3b); left out of the resolved config at its default"))
 
 
 class AlgorithmConfig(BaseModel):
@@ -149,6 +156,9 @@ class AlgorithmConfig(BaseModel):
 class TrackingConfig(Strict):
     mlflow: bool = True
     experiment: str = "default"
+    save_model: bool = Field(False, exclude_if=lambda v: not v, description=(
+        "write the final global model's state dict to model.pt beside the run's records (for figures drawn "
+        "from a trained model, specs/fedakd.md Fig. 2); left out of the resolved config at its default"))
 
 
 class ExperimentConfig(Strict):

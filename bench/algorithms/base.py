@@ -198,6 +198,13 @@ class Algorithm(Generic[ClientStateT, ServerStateT]):
     def extra_metrics(self, server: Server[ServerStateT], clients: list[Client[ClientStateT]]) -> dict[str, Any]:
         return {}
 
+    def client_records(self, server: Server[ServerStateT],
+                       clients: list[Client[ClientStateT]]) -> dict[str, dict[int, float]]:
+        """Per-client values the method records after every round (``records.csv``, one row per client), e.g.
+        the reward each client received (a reputation, a download share, a sub-model size): metric ->
+        client id -> value, for this round's ``clients``."""
+        return {}
+
 
 def with_mode_defaults(data: Any, defaults: dict[str, dict[str, Any]]) -> Any:
     """Raw parameters with the switches their ``mode`` (default ``paper``) sets filled in under the ones given

@@ -1,7 +1,8 @@
 """Fabricated datasets for runs at real shapes where the real datasets cannot be had.
 
 ``synthetic32``: 3x32x32 images in 10 classes, the shape of SVHN and CIFAR-10 (smoke runs of the
-paper pipelines at their real shapes and models). ``synthetic28``: 1x28x28 images in 10 classes, the
+paper pipelines at their real shapes and models); ``synthetic28s``: 600 / 200 such 1x28x28 images (the
+FedAKD pipeline's smoke runs at FashionMNIST's shape). ``synthetic28``: 1x28x28 images in 10 classes, the
 shape of MNIST, sized for the workload shared with PFLlib and FL-bench (20 clients x 600 train images,
 a 25 % test split: ``benchmarks/test_shared_workload.py``). ``synthetic84``: 3x84x84 images in 2 classes,
 the shape of LEAF CelebA (FedAL's CNN; ``bench suite cost`` measures CelebA's steps on it).
@@ -23,6 +24,7 @@ SEED = 0
 NUM_TRAIN, NUM_TEST, NUM_CLASSES = 400, 200, 10
 NUM_TRAIN_28, NUM_TEST_28 = 12_000, 4_000
 NUM_TRAIN_84, NUM_TEST_84 = 200, 100
+NUM_TRAIN_28S, NUM_TEST_28S = 600, 200
 
 
 def fabricate(name: str, shape: tuple[int, int, int], num_train: int, num_test: int,
@@ -61,6 +63,15 @@ SYNTHETIC32 = register_dataset(DatasetSpec(
     name="synthetic32", num_classes=NUM_CLASSES, image_shape=(3, 32, 32), num_train=NUM_TRAIN, num_test=NUM_TEST,
     prepare=prepare_synthetic32, embedded=True,
     description="fabricated 3x32x32 images, 10 classes (smoke runs at SVHN/CIFAR shapes), embedded"))
+
+def prepare_synthetic28s(data_dir: Path) -> PreparedDataset:
+    return fabricate("synthetic28s", (1, 28, 28), NUM_TRAIN_28S, NUM_TEST_28S)
+
+
+SYNTHETIC28S = register_dataset(DatasetSpec(
+    name="synthetic28s", num_classes=NUM_CLASSES, image_shape=(1, 28, 28), num_train=NUM_TRAIN_28S,
+    num_test=NUM_TEST_28S, prepare=prepare_synthetic28s, embedded=True,
+    description="fabricated 1x28x28 images, 10 classes, small (smoke runs at FashionMNIST's shape), embedded"))
 
 SYNTHETIC28 = register_dataset(DatasetSpec(
     name="synthetic28", num_classes=NUM_CLASSES, image_shape=(1, 28, 28), num_train=NUM_TRAIN_28,

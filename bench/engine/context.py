@@ -82,8 +82,14 @@ class Context:
     def client_batches(self, client: Client, round_index: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         """The client's train batches ``(x, y)`` of ``round_index``."""
         data = client.data
-        for idx in self.batch_indices(data.num_samples, client.cid, round_index):
-            yield data.x[idx], data.y[idx]
+        yield from self.batches(data.x, data.y, client.cid, round_index)
+
+    def batches(self, x: torch.Tensor, y: torch.Tensor, *key: int | str) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        """Batches ``(x, y)`` of one local training pass over the given samples (:meth:`batch_indices` of the
+        stream ``("batches", *key)``): a method training on other data than the train split (a selected
+        subset, the train and local test splits together)."""
+        for idx in self.batch_indices(len(y), *key):
+            yield x[idx], y[idx]
 
     def shared_public(self, batch_size: int | None = None, *key: int | str) -> SharedBatches:
         """The public set as a lockstep stream: iteration i gives every client the same batch."""
@@ -132,11 +138,14 @@ class Context:
                     guard=self.loss_guard)
 
     def local_train(self, client: Client, round_index: int, loss_fn: LossFn,
-                    rng: torch.Generator | None = None) -> float:
-        """The client's local epochs/steps minimising ``loss_fn(step, client, x, y)``; the mean batch
-        loss. Raises :class:`~bench.errors.Diverged` when the loss is not finite."""
-        return self.client_loop(client, round_index, rng).run(
-            self.client_batches(client, round_index), lambda step, batch: loss_fn(step, client, *batch))
+                    rng: torch.Generator | None = None,
+                    data: tuple[torch.Tensor, torch.Tensor] | None = None) -> float:
+        """The client's local epochs/steps minimising ``loss_fn(step, client, x, y)`` over its train split (or
+        over ``data``, in the same batch stream); the mean batch loss. Raises :class:`~bench.errors.Diverged`
+        when the loss is not finite."""
+        batches = self.client_batches(client, round_index) if data is None else \
+            self.batches(*data, client.cid, round_index)
+        return self.client_loop(client, round_index, rng).run(batches, lambda step, batch: loss_fn(step, client, *batch))
 
     def train_together(self, clients: list[Client], round_index: int, loss_fn: LossFn) -> list[float]:
         """:meth:`local_train` of every client in ``clients`` (one architecture), their steps batched

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 ModelRole = Literal["global", "client", "method"]
-Split = Literal["global_test", "local_test", "validation"]
+Split = Literal["global_test", "local_test", "validation", "local_all"]
 
 
 @dataclass(frozen=True)
@@ -19,7 +19,8 @@ class Evaluation:
     value per client) or a model the method builds for this metric (one value:
     :meth:`~bench.algorithms.base.Algorithm.method_model`, e.g. an ensemble of the round's client models or
     the global model before server distillation); ``split``: the global test set, the client's local test
-    split or its validation split (a ``method`` model: the global test set)."""
+    split, its validation split, or all of its local data (train and local test splits: released code that
+    evaluates on the data it trained on, specs/fedakd.md §0.8); a ``method`` model: the global test set."""
 
     metric: str
     model: ModelRole

@@ -41,6 +41,7 @@ from bench.errors import BenchError
 from bench.experiment import build_config
 from bench.models import build_model, get_model_entry
 from bench.models.inventory import forward_flops
+from bench.rng import numpy_stream
 from bench.report.paper_report import markdown_table
 from bench.report.runs import find_runs
 from bench.runner.federation import evaluation_rounds, partition_for, run_federation
@@ -95,7 +96,8 @@ def _measurement(config: ExperimentConfig, dataset: str, rounds: int) -> Experim
     raw = config.to_dict()
     raw |= {"name": "cost", "seed": 0, "dataset": {"name": dataset}, "device": "cpu", "threads": 1,
             "partition": {"scheme": "iid", "num_clients": MEASURE_CLIENTS, "seed": 0,
-                          "local_test_fraction": max(0.0, 1 - 1.5 * batch / per_client)},
+                          "local_test_fraction": max(0.0, 1 - 1.5 * batch / per_client),
+                          "validation_fraction": config.partition.validation_fraction},
             "participation": {"fraction": 1.0}, "public": {"size": public, "source": "carve"},
             "training": {**raw["training"], "rounds": rounds},
             "evaluation": {**raw["evaluation"], "global_model": False, "local_models": False,
@@ -134,16 +136,21 @@ def _images_per_round(config: ExperimentConfig, sizes: list[int]) -> int:
 
 
 def _paper_sizes(config: ExperimentConfig) -> tuple[list[int], list[int]]:
-    """Train and local-test sizes per client of the setting's partition, on evenly spread labels; a scheme that
-    needs more than labels (LEAF's users, images) is estimated by an iid split of the same sizes."""
+    """Train and local-test sizes per client of the setting's partition, on evenly spread labels (and, for a
+    scheme that selects by the images, on seeded random images of the dataset's shape: sizes only); a scheme
+    that needs more (LEAF's users) is estimated by an iid split of the same sizes."""
     spec = get_dataset_spec(config.dataset.name)
     p = config.partition
     labels = np.arange(spec.num_train - (config.public.size if config.public.source == "carve" else 0)) \
         % spec.num_classes
-    scheme, params = (p.scheme, p.scheme_params) if set(get_partitioner(p.scheme).needs) <= {"seed", "test_labels"} \
-        else ("iid", {})
+    needs = set(get_partitioner(p.scheme).needs)
+    scheme, params = (p.scheme, p.scheme_params) if needs <= {"seed", "test_labels", "features"} else ("iid", {})
+    features = None
+    if scheme == p.scheme and "features" in needs:
+        features = numpy_stream(0, "cost-images").integers(0, 256, (len(labels), *spec.image_shape), dtype=np.uint8)
     part = make_partition(labels, spec.num_classes, scheme, p.num_clients, p.seed, params,
-                          p.local_test_fraction, test_labels=np.arange(spec.num_test) % spec.num_classes)
+                          p.local_test_fraction, test_labels=np.arange(spec.num_test) % spec.num_classes,
+                          features=features)
     return [len(t) for t in part.train], [len(t) for t in part.local_test]
 
 
@@ -167,7 +174,7 @@ def run_cost(config: ExperimentConfig, method: str, setting: str, data_dir: Path
 def suite_costs(suite: Suite, data_dir: Path | None = None) -> list[RunCost]:
     """Every run's cost (one per method and setting: seeds cost the same)."""
     seed = suite.params.suite.seeds[0]
-    return [run_cost(suite.config(method, setting, seed), method, setting, data_dir)
+    return [run_cost(suite.config(method, setting, seed, timed=False), method, setting, data_dir)
             for method in suite.params.methods for setting in suite.settings_of(method)]
 
 

@@ -3,7 +3,11 @@ from the runs' records: accuracy against iterations, rounds, upstream volume or 
 per column, one line per method (mean over seeds, min-max band), and each line's end point as a table
 for ``paper.md``. Nothing here is specific to one paper. Every drawn paper figure, these and the ones a
 paper module computes (:meth:`~bench.suites.paper.Paper.figures`), reaches ``paper.md`` as a
-:class:`DrawnFigure`."""
+:class:`DrawnFigure`.
+
+A paper's figures of other kinds (partitions, contributions, feature densities) are drawn by its own
+module ``bench/report/<paper>_figures.py``, named in the suite report's ``OWN_FIGURES``.
+"""
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -157,3 +161,4 @@ def record_figures(suite: Suite, runs: dict[RunKey, RunRecord], folder: Path, me
         out.append(DrawnFigure(name, figure.title, path, figure.caption,
                                ("column", "method", f"final {X_LABELS[figure.x]}", f"final {figure.metric}"), rows))
     return out
+

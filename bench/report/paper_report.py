@@ -160,7 +160,7 @@ def paper_markdown(suite: Suite, runs: dict[RunKey, RunRecord], summary: dict[st
                         delta = None if mean is None or values[0] is None else mean * measure.scale - values[0]
                         checked = bands.get((method, column.key, m))
                         row.append(_fmt(delta, measure.digits) + ("" if checked is None or band is None else
-                                                                   " " + MARKS[band.grade(checked.delta)]))
+                                                                   " " + MARKS[checked.grade(band)]))
                 ranks = [f"{ours.rank(method, column, m) or '—'} ("
                          + "/".join(str(printed.rank(method, printed.column(key), m) or "—")
                                     for key in column.stands_for) + ")"
@@ -218,7 +218,7 @@ def acceptance_section(d: PaperDefinition, ours: Results, cells: list[BandCell])
         return "\n\n".join([title, "The band check does not apply: this profile's columns are analogues of the "
                               "paper's, on other data, so their numbers are not comparable with the printed ones. "
                               "It applies to a profile that runs the paper's own columns."])
-    grades = [band.grade(c.delta) for c in cells]
+    grades = [c.grade(band) for c in cells]
     inside, tight = sum(g != "outside" for g in grades), sum(g == "tight" for g in grades)
     verdict = "**pass**" if cells and inside == len(cells) else "**fail**" if cells else "not measured"
     outside = []
@@ -228,9 +228,13 @@ def acceptance_section(d: PaperDefinition, ours: Results, cells: list[BandCell])
             outside.append([d.label(cell.method), cell.column.label, measure.label,
                             *(_fmt(v, measure.digits) for v in (cell.ours, cell.printed, cell.delta))])
     lines = [title,
-             f"{verdict}: {inside} of {len(cells)} cells within ±{band.within:g} of the printed value"
+             f"{verdict}: {inside} of {len(cells)} cells within "
+             + (f"their band (±{band.within:g} unless named below)" if band.overrides else f"±{band.within:g}")
+             + " of the printed value"
              + (f" ({tight} within ±{band.tight:g})" if band.tight is not None else "")
-             + f"; pass needs every cell within ±{band.within:g}. Checked: the measures "
+             + (f"; bands of their own: {', '.join(f'{k} ±{v:g}' for k, v in band.overrides.items())}; pass needs "
+                "every cell within its band." if band.overrides else f"; pass needs every cell within ±{band.within:g}.")
+             + " Checked: the measures "
              f"{', '.join(band.measures)} of the paper's {len(d.methods)} methods in the paper's columns this suite "
              "runs, low-confidence printed values (‡) left out."]
     if outside:

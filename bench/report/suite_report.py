@@ -27,21 +27,26 @@ from __future__ import annotations
 
 import csv
 import io
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 
 from bench.fileio import atomic_write, write_json, write_text
+from bench.report.fedakd_figures import fedakd_figures
 from bench.report.paper_figures import DrawnFigure, record_figures
 from bench.report.paper_report import markdown_table, paper_markdown, paper_results
 from bench.report.pinned import PinnedFile, default_pinned_path, load_pinned
 from bench.report.provenance import pinned_display_name, provenance_markdown
-from bench.report.runs import ACC_METRICS, RunRecord, diverged_runs, require_runs
+from bench.report.runs import ACC_METRICS, RunKey, RunRecord, diverged_runs, require_runs
 from bench.suites import Suite
 from bench.suites.paper import LineFigure
 from bench.suites.statistics import Statistic, mean_std
 
+OwnFigures = Callable[[Suite, Mapping[RunKey, RunRecord], Path, "Path | None"], list[Path]]
+OWN_FIGURES: dict[str, OwnFigures] = {"fedakd": fedakd_figures}
+"""Per paper, its figures of other kinds than curves (``(suite, runs, folder, data_dir) -> files written``)."""
 STATISTICS = {"final": "final", "last5": "last5", "best": "max"}  # report name -> statistic's rounds
 LABELS = {"final": "final", "last5": "last-5", "best": "best†"}
 METRIC_TITLES = {"global_acc": "Global accuracy (global model, global test set)",
@@ -169,7 +174,8 @@ def metrics_files(table: dict[str, dict[str, dict]]) -> dict[str, dict[str, floa
 def setting_curves(suite: Suite, runs: dict[tuple[str, str, int], RunRecord],
                    setting: str) -> tuple[np.ndarray, dict[tuple[str, str], np.ndarray]]:
     """The rounds of any method's runs and, per (method, metric), a (seeds x rounds) array on them (NaN where
-    not evaluated: methods may run different numbers of rounds, e.g. FedAL's τ per method)."""
+    not evaluated: methods may run different numbers of rounds, e.g. FedAL's τ per method, or FedAKD's
+    Table 3 equal wall-clock budgets)."""
     per_method: dict[tuple[str, str], tuple[np.ndarray, np.ndarray]] = {}
     for method in suite.params.methods:
         curves = [runs[key].curves() for seed in suite.params.suite.seeds if (key := (method, setting, seed)) in runs]
@@ -310,8 +316,9 @@ def partition_figures(suite: Suite, folder: Path) -> list[Path]:
             for setting in suite.params.settings if (suite.partition_dir(setting) / "partition.json").exists()]
 
 
-def write_report(suite: Suite, out: Path | None = None) -> list[Path]:
-    """Write every report file of the suite (default folder ``<root>/reports/<suite>``); return their paths.
+def write_report(suite: Suite, out: Path | None = None, data_dir: Path | None = None) -> list[Path]:
+    """Write every report file of the suite (default folder ``<root>/reports/<suite>``), with the figures its
+    paper draws (:mod:`bench.report.paper_figures`, from ``data_dir``'s datasets); return their paths.
 
     Raises :class:`~bench.errors.BenchError` naming each missing, failed or stale run."""
     out = Path(out) if out is not None else suite.root / "reports" / suite.name
@@ -332,6 +339,8 @@ def write_report(suite: Suite, out: Path | None = None) -> list[Path]:
     figures = record_figures(suite, runs, out / "figures", method_style) + computed_figures(suite, runs, table,
                                                                                           out / "figures")
     written += [figure.image for figure in figures]
+    if suite.paper is not None and (own := OWN_FIGURES.get(suite.paper.definition.name)) is not None:
+        written += own(suite, runs, out / "figures", data_dir)
     _remove_stale(out, written)
     images = [str(p.relative_to(out)) for p in written if p.suffix == ".png" and not p.name.startswith("paper_")]
     written.append(write_text(out / "summary.md", summary_markdown(suite, table, runs, images, provenance)))

@@ -18,6 +18,7 @@ from bench.config import ExperimentConfig
 from bench.data import load_dataset
 from bench.data.partition import Partition, load_partition, partition_dataset
 from bench.data.prepared import PreparedDataset
+from bench.engine.chunks import chunk_size
 from bench.engine.context import Context
 from bench.engine.evaluation import Evaluation
 from bench.engine.setup import configure_torch
@@ -165,6 +166,8 @@ def sample_clients(config: ExperimentConfig, round_index: int) -> list[int]:
 
 def _split(client: Client, split: str, test_x: torch.Tensor, test_y: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
     data = client.data
+    if split == "local_all":
+        return data.with_test()
     return {"global_test": (test_x, test_y), "local_test": (data.test_x, data.test_y),
             "validation": (data.val_x, data.val_y)}[split]
 
@@ -188,6 +191,7 @@ def evaluate(ctx: Context, algorithm: Algorithm, server: Server, clients: list[C
     row: dict[str, float] = {}
     records: list[tuple[str, int | None, float]] = []
     drop_last = ctx.config.training.drop_last
+    receives_global = ctx.config.evaluation.local_model == "global"
     for evaluation in evaluations:
         if evaluation.model in ("global", "method"):
             model = (algorithm.global_model(server) if evaluation.model == "global"
@@ -201,15 +205,39 @@ def evaluate(ctx: Context, algorithm: Algorithm, server: Server, clients: list[C
             x, y = _split(client, evaluation.split, test_x, test_y)
             if y is None or x is None or not len(y):
                 continue
-            values.append(accuracy(ctx, algorithm.client_model(client), x, y, drop_last, round_index,
-                                   evaluation.metric, client.cid))
+            local_split = evaluation.split in ("local_test", "local_all")
+            model = algorithm.global_model(server) if receives_global and local_split else algorithm.client_model(client)
+            if model is None:
+                raise BenchError(f"evaluation.local_model: global, but {algorithm.name} has no global model; "
+                                 "use local_model: own")
+            values.append(accuracy(ctx, model, x, y, drop_last, round_index, evaluation.metric, client.cid))
             records.append((evaluation.metric, client.cid, values[-1]))
         if values:
             row[evaluation.metric] = float(np.mean(values))
+    if ctx.config.evaluation.global_train_loss and (model := algorithm.global_model(server)) is not None:
+        row["global_train_loss"] = global_loss(ctx, model, [c.data for c in clients])
+        records.append(("global_train_loss", None, row["global_train_loss"]))
     extra = algorithm.extra_metrics(server, clients)
     row.update(extra)
     records += [(k, None, float(v)) for k, v in extra.items()]
     return row, records
+
+
+@torch.no_grad()
+def global_loss(ctx: Context, model: torch.nn.Module, data: list[ClientData]) -> float:
+    """The model's mean cross-entropy over the union of the clients' train splits, in eval mode
+    (``evaluation.global_train_loss``)."""
+    was_training = model.training
+    model.eval()
+    total, count = torch.zeros((), dtype=torch.float64, device=ctx.device), 0
+    for client in data:
+        size = chunk_size(model, client.x, ctx.config.evaluation.batch_size)
+        for start in range(0, client.num_samples, size):
+            _, logits = model(client.x[start:start + size])
+            total += torch.nn.functional.cross_entropy(logits, client.y[start:start + size], reduction="sum")
+        count += client.num_samples
+    model.train(was_training)
+    return float(total) / max(count, 1)
 
 
 @torch.no_grad()
@@ -285,6 +313,8 @@ def run_federation(config: ExperimentConfig, data_dir: str | Path | None = None,
         timing["train_time_s"] += time.perf_counter() - tick
         records += [(t, k, None, float(v)) for k, v in row.items() if k != "round"]
         records += [(t, k, None, v) for k, v in ctx.ledger.take().items()]  # bytes up and down (records only)
+        records += [(t, metric, cid, float(v)) for metric, values in algorithm.client_records(server, selected).items()
+                    for cid, v in sorted(values.items())]
         if t in eval_at:
             tick = time.perf_counter()
             values, evaluated = evaluate(ctx, algorithm, server, clients, evaluations, test_x, test_y, t)

@@ -7,9 +7,11 @@ A suite is described by a params file (the root ``params.yaml`` for the default 
                max_retries}, checkpoint_every: <rounds, default 1>,
                paper: <optional: a paper of PAPERS whose tables this suite makes>,
                statistics: [<statistic name>, ...],   # pinned and compared (default: DEFAULT_STATISTICS)
+               timing: <optional: per-round times file of `time_of` budgets, relative to the root>,
                base: <experiment config shared by every run>}
     settings: {<setting>: <config overlay: partition, dataset, model, budget, ...; optional `methods:`
-               [<the methods run on this setting>, ...], default every method>, ...}      # columns
+               [<the methods run on this setting>, ...], default every method; optional `method_config:`
+               {<method>: <overlay of that method's runs here>}>, ...}                      # columns
     methods:  {<method>: {name: <algorithm, default: the key>, <hyperparameters>...,        # rows
                           config: <optional: overlay of any config section, e.g. {training: {local_steps: 5}}>,
                           needs: <optional: [<method whose run this one needs>, ...]>,
@@ -23,12 +25,18 @@ A suite is described by a params file (the root ``params.yaml`` for the default 
 A run is ``(method, setting, seed)`` wherever the method runs: on every setting unless the setting names
 its ``methods`` (a paper table whose column has fewer rows) or the method names its ``settings`` (a
 sensitivity study of one method, an ablation on some columns); both lists filter. Its config is ``base``
-deep-merged with the setting's overlay, the method's ``config`` overlay and its ``per_setting`` entry for
-the setting, then the method's algorithm section and the seed;
+deep-merged with the setting's overlay, the method's ``config`` overlay, its ``per_setting`` entry for
+the setting and the setting's ``method_config`` of the method (per-(method, setting) values are declared on
+either side: a method's ``per_setting`` also takes hyperparameters, e.g. FedGen's EMNIST values; a setting's
+``method_config`` moves with the setting into a profile, e.g. Standalone's per-dataset learning rate), then
+the method's algorithm section and the seed;
 ``evaluation.every_iterations: I`` evaluates every I / training.local_steps rounds. ``budget``
 (in ``base``, a setting or a method's ``config``; the last one given wins) sets the training
 length: ``{rounds: R}``, or ``{iterations: I}`` for R = I / training.local_steps (FedAL's
-iteration budgets with per-method τ, specs/fedal.md A11, A15). With a profile the suite is named
+iteration budgets with per-method τ, specs/fedal.md A11, A15), or ``{time_of: {method: M, rounds: R}}``:
+the rounds this method completes in the wall-clock time M takes for R rounds, ⌊R·s_M/s⌋ with s the
+seconds per round the suite's ``timing`` file records for the setting (``bench suite time`` measures
+them; FedAKD's Table 3, specs/fedakd.md §8 R8), so the runs stay deterministic given that file. With a profile the suite is named
 ``<name>-<profile>``. Results live in ``results/<suite>/<method>/<setting>/seed<seed>/`` and
 partitions in ``partitions/<suite>/<setting>/``, both under the params file's folder.
 
@@ -39,6 +47,8 @@ because a statistic compares with it (CF against Standalone, specs/fedakd.md §3
 from __future__ import annotations
 
 import copy
+import json
+import math
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -50,11 +60,12 @@ from bench.config import ExperimentConfig, apply_overrides, describe_validation,
 from bench.experiment import build_config
 from bench.runner.executor import RunRequest
 from bench.errors import BenchError
-from bench.suites import dafkd, fedal, fedhkd
+from bench.suites import dafkd, fedakd, fedal, fedhkd
 from bench.suites.paper import Paper
 from bench.suites.statistics import Statistic
 
-PAPERS: dict[str, Paper] = {paper.definition.name: paper for paper in (fedhkd.PAPER, fedal.PAPER, dafkd.PAPER)}
+PAPERS: dict[str, Paper] = {paper.definition.name: paper
+                            for paper in (fedhkd.PAPER, fedal.PAPER, dafkd.PAPER, fedakd.PAPER)}
 DEFAULT_STATISTICS = ("final_global_acc", "last5_global_acc", "final_local_acc", "last5_local_acc")
 
 
@@ -82,6 +93,8 @@ class SuiteSection(BaseModel):
     checkpoint_every: int = Field(1, ge=0, description=(
         "each run writes its checkpoint every this many rounds (0: never); runs of thousands of short rounds "
         "spend more time pickling their state than training at 1. Results never depend on it"))
+    timing: str | None = Field(None, description="the per-round times file of `time_of` budgets (bench suite time), "
+                                                 "relative to the suite's root")
     base: dict[str, Any] = Field(default_factory=dict)
 
 
@@ -115,26 +128,42 @@ class Method(BaseModel):
         return deep_merge(self.config, self.per_setting.get(setting, {}).get("config", {}))
 
 
+class TimeOf(BaseModel):
+    """The wall-clock time ``method`` takes for ``rounds`` rounds on the same setting and hardware."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    method: str
+    rounds: int = Field(ge=1)
+
+
 class Budget(BaseModel):
-    """The training length: rounds, or iterations (rounds × training.local_steps, specs/fedal.md A11);
-    ``rounding: down`` takes the whole rounds within the iterations where τ does not divide them (FedAL's
-    FedDF-AL, τ = 15, at 5000 iterations: 333 rounds)."""
+    """The training length: rounds, iterations (rounds × training.local_steps, specs/fedal.md A11), or the
+    wall-clock time of another method's rounds (``time_of``); ``rounding: down`` takes the whole rounds
+    within the iterations where τ does not divide them (FedAL's FedDF-AL, τ = 15, at 5000 iterations: 333
+    rounds)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     rounds: int | None = Field(None, ge=1)
     iterations: int | None = Field(None, ge=1)
     rounding: Literal["exact", "down"] = Field("exact", description="iterations not a multiple of local_steps: "
                                                                      "an error (exact) or the rounds that fit (down)")
+    time_of: TimeOf | None = None
 
     @model_validator(mode="after")
     def _one(self) -> Budget:
-        if (self.rounds is None) == (self.iterations is None):
-            raise ValueError("give exactly one of budget.rounds and budget.iterations")
+        if sum(v is not None for v in (self.rounds, self.iterations, self.time_of)) != 1:
+            raise ValueError("give exactly one of budget.rounds and budget.iterations (or budget.time_of)")
         return self
 
-    def to_rounds(self, local_steps: int | None) -> int:
+    def to_rounds(self, local_steps: int | None, seconds: dict[str, float] | None = None, method: str = "") -> int:
+        """The rounds; a ``time_of`` budget needs ``seconds`` (per method, the setting's seconds per round;
+        None: the reference's rounds, for what only needs the config's shape, e.g. partitions)."""
         if self.rounds is not None:
             return self.rounds
+        if self.time_of is not None:
+            if seconds is None:
+                return self.time_of.rounds
+            return equal_time_rounds(self.time_of.rounds, seconds[self.time_of.method], seconds[method])
         assert self.iterations is not None
         if local_steps is None:
             raise BenchError(f"budget.iterations={self.iterations} needs training.local_steps (iterations per "
@@ -183,9 +212,10 @@ class Suite:
         if p.suite.paper is not None and p.suite.paper not in PAPERS:
             raise BenchError(f"suite {self.name}: paper {p.suite.paper!r} is not one of: {', '.join(PAPERS)}")
         for setting, overlay in p.settings.items():
-            if unknown := [m for m in overlay.get("methods") or () if m not in p.methods]:
-                raise BenchError(f"suite {self.name}: setting {setting} names methods {unknown} that the suite does "
-                                 f"not have (methods: {', '.join(p.methods)})")
+            for field in ("methods", "method_config"):
+                if unknown := [m for m in overlay.get(field) or () if m not in p.methods]:
+                    raise BenchError(f"suite {self.name}: settings.{setting}.{field} names methods {unknown} that the "
+                                     f"suite does not have (methods: {', '.join(p.methods)})")
         for method, entry in p.methods.items():
             for field in ("settings", "per_setting"):
                 if unknown := [s for s in getattr(entry, field) or () if s not in p.settings]:
@@ -246,13 +276,22 @@ class Suite:
             visit(method, ())
         return order
 
-    def config(self, method: str, setting: str, seed: int) -> ExperimentConfig:
+    def _layers(self, method: str, setting: str) -> list[dict[str, Any]]:
+        """The config layers of a run, merged in order: base, the setting, the method's overlay there (its
+        ``config`` and ``per_setting``), the setting's ``method_config`` of the method."""
+        p = self.params
+        return [p.suite.base, p.settings[setting], p.methods[method].overlay(setting),
+                (p.settings[setting].get("method_config") or {}).get(method, {})]
+
+    def config(self, method: str, setting: str, seed: int, timed: bool = True) -> ExperimentConfig:
+        """The run's resolved config. ``timed`` False resolves a ``time_of`` budget to the reference's rounds
+        without its timing file (partitions, cost estimates)."""
         p = self.params
         if method not in p.methods:
             raise BenchError(f"suite {self.name} has no method {method!r}; methods: {', '.join(p.methods)}")
         if setting not in p.settings:
             raise BenchError(f"suite {self.name} has no setting {setting!r}; settings: {', '.join(p.settings)}")
-        raw, budget = _merge([p.suite.base, p.settings[setting], p.methods[method].overlay(setting)])
+        raw, budget = _merge(self._layers(method, setting))
         raw["algorithm"] = p.methods[method].algorithm(method, setting)
         raw["seed"] = seed
         raw["name"] = f"{self.name}-{method}-{setting}"
@@ -260,7 +299,10 @@ class Suite:
         try:
             training = raw.setdefault("training", {})
             if budget is not None:
-                training["rounds"] = _budget(budget).to_rounds(training.get("local_steps"))
+                parsed = _budget(budget)
+                seconds = self.round_seconds(setting, [method, parsed.time_of.method]) \
+                    if parsed.time_of is not None and timed else None
+                training["rounds"] = parsed.to_rounds(training.get("local_steps"), seconds, method)
             evaluation = raw.get("evaluation") or {}
             if "every_iterations" in evaluation:  # evaluate every I iterations: every I / τ rounds (at least 1)
                 every = evaluation.pop("every_iterations")
@@ -300,7 +342,44 @@ class Suite:
     def partition_config(self, setting: str) -> ExperimentConfig:
         """The config whose dataset and partition make this setting's partition (any method run there will do)."""
         method = next((m for m in self.params.methods if self.runs_on(m, setting)), next(iter(self.params.methods)))
-        return self.config(method, setting, self.params.suite.seeds[0])
+        return self.config(method, setting, self.params.suite.seeds[0], timed=False)
+
+    def timed_settings(self) -> list[str]:
+        """The settings whose budget (in ``base``, the setting or a method's ``config``) is ``time_of``."""
+        p = self.params
+        return [s for s in p.settings if any(
+            (b := self.budget(key, s)) is not None and b.time_of is not None for key in p.methods if self.runs_on(key, s))]
+
+    def budget(self, method: str, setting: str) -> Budget | None:
+        """The budget of the method's runs on the setting (the last one its layers give), if any."""
+        p = self.params
+        raw = _merge(self._layers(method, setting))[1]
+        return None if raw is None else _budget(raw)
+
+    @property
+    def timing_path(self) -> Path:
+        """The per-round times file (``suite.timing``, under the root, as results/ and partitions/ are)."""
+        if self.params.suite.timing is None:
+            raise BenchError(f"suite {self.name} has a time_of budget but no suite.timing file; name one "
+                             "(e.g. timing/<suite>.json) and measure it with `bench suite time`")
+        return self.root / self.params.suite.timing
+
+    def round_seconds(self, setting: str, methods: list[str]) -> dict[str, float]:
+        """The seconds per round the timing file records for ``methods`` on ``setting``."""
+        path = self.timing_path
+        try:
+            recorded = json.loads(path.read_text())["settings"]
+        except FileNotFoundError:
+            raise BenchError(f"suite {self.name}: {path} not found; measure the per-round times of the time_of "
+                             f"budgets first: `bench suite time --params {self.params_file}`") from None
+        except (json.JSONDecodeError, KeyError, TypeError) as exc:
+            raise BenchError(f"suite {self.name}: {path} is not a timing file ({exc}); measure it again with "
+                             "`bench suite time`") from None
+        missing = [m for m in methods if m not in recorded.get(setting, {})]
+        if missing:
+            raise BenchError(f"suite {self.name}: {path} has no time per round of {missing} on {setting}; measure "
+                             "it again with `bench suite time`")
+        return {m: float(recorded[setting][m]) for m in methods}
 
     @property
     def methods(self) -> list[str]:
@@ -354,8 +433,13 @@ def _merge(layers: list[dict[str, Any]]) -> tuple[dict[str, Any], Any]:
     budget given (or None)."""
     raw: dict[str, Any] = {}
     for layer in layers:
-        raw = deep_merge(raw, {k: v for k, v in layer.items() if k not in ("budget", "methods")})
+        raw = deep_merge(raw, {k: v for k, v in layer.items() if k not in ("budget", "methods", "method_config")})
     return raw, next((layer["budget"] for layer in reversed(layers) if "budget" in layer), None)
+
+
+def equal_time_rounds(reference_rounds: int, reference_seconds: float, seconds: float) -> int:
+    """⌊R·s_ref / s⌋ (at least 1): the rounds completed in the time the reference takes for R rounds."""
+    return max(1, math.floor(reference_rounds * reference_seconds / seconds + 1e-9))
 
 
 def _budget(raw: Any) -> Budget:

@@ -31,12 +31,19 @@ from bench.suites.statistics import Statistic
 
 class SuiteView(Protocol):
     """What a paper's hooks may ask of the suite being reported (:class:`bench.suites.Suite` is one):
-    its methods (the rows) and the config of any run of its ``paper`` profile."""
+    its methods (the rows), which run on which setting, the config of any of its runs and of any run of its
+    ``paper`` profile, and the seconds per round its timing file records (``time_of`` budgets)."""
 
     @property
     def methods(self) -> list[str]: ...
 
+    def runs_on(self, method: str, setting: str) -> bool: ...
+
+    def config(self, method: str, setting: str, seed: int, timed: bool = True) -> ExperimentConfig: ...
+
     def paper_config(self, method: str, setting: str, seed: int) -> ExperimentConfig: ...
+
+    def round_seconds(self, setting: str, methods: list[str]) -> dict[str, float]: ...
 
 TIME_RATIO = "time_ratio"  # a measure every Results may hold: training time per round / FedAvg's
 CellKey = tuple[str, str, str]  # (method, column key, measure)
@@ -100,6 +107,9 @@ class Acceptance(_Strict):
                                                        "stated for); None: every column")
     within: float = Field(gt=0)
     tight: float | None = Field(None, gt=0)
+    overrides: dict[str, float] = Field(default_factory=dict, description=(
+        "a band of its own for '<measure>' or '<measure>@<column group>' (e.g. specs/fedakd.md §8: CF ±15, "
+        "CIFAR-10 accuracy ±3); the most specific wins"))
 
     @model_validator(mode="after")
     def _order(self) -> Acceptance:
@@ -107,12 +117,17 @@ class Acceptance(_Strict):
             raise ValueError(f"acceptance.tight ({self.tight}) is wider than within ({self.within})")
         return self
 
-    def grade(self, delta: float) -> Literal["tight", "within", "outside"]:
-        """Where a difference ours − printed lies (compared at 9 decimals: printed values are short)."""
+    def band(self, measure: str, group: str | None = None) -> float:
+        """The half-width of the band of a cell of ``measure`` in a column of ``group``."""
+        return self.overrides.get(f"{measure}@{group}", self.overrides.get(measure, self.within))
+
+    def grade(self, delta: float, within: float | None = None) -> Literal["tight", "within", "outside"]:
+        """Where a difference ours − printed lies (compared at 9 decimals: printed values are short), in the
+        band ``within`` (default: the general one)."""
         distance = round(abs(delta), 9)
         if self.tight is not None and distance <= self.tight:
             return "tight"
-        return "within" if distance <= self.within else "outside"
+        return "within" if distance <= (self.within if within is None else within) else "outside"
 
 
 class Table(_Strict):
@@ -409,10 +424,14 @@ class BandCell:
     measure: str
     ours: float
     printed: float
+    within: float | None = None  # the cell's band (None: the general one)
 
     @property
     def delta(self) -> float:
         return self.ours - self.printed
+
+    def grade(self, band: Acceptance) -> Literal["tight", "within", "outside"]:
+        return band.grade(self.delta, self.within)
 
 
 def band_cells(definition: PaperDefinition, ours: Results) -> list[BandCell]:
@@ -431,7 +450,8 @@ def band_cells(definition: PaperDefinition, ours: Results) -> list[BandCell]:
                 mine, printed = ours.value(method, column, name), definition.value(method, column.key, name)
                 if mine is not None and printed is not None and \
                         (method, column.key, name) not in definition.low_confidence:
-                    out.append(BandCell(method, column, name, mine * measures[name].scale, printed))
+                    out.append(BandCell(method, column, name, mine * measures[name].scale, printed,
+                                        band.band(name, definition.column(column.key).group)))
     return out
 
 

@@ -5,14 +5,17 @@ values of the clients (client-id order) to one value (``clients``), then the rou
 (``rounds``). Its name, used in suites, pinned files and reports, reads the same way::
 
     <rounds>_[<clients>_]<metric>
-    rounds:  final | last<k> | max | reach<target>
-    clients: clientmax | clientmin | clientstd | cf(<method>)      (omitted: the mean over clients)
+    rounds:  final | last<k> | max | reach<target> | count
+    clients: clientmax | clientmin | clientstd | cf(<method>) | cfcode(<method>)   (omitted: the mean over clients)
 
 e.g. ``final_global_acc``, ``last5_local_acc`` (mean over clients, then over the last 5 rounds),
-``final_clientmax_local_acc`` (FedAKD's Max Client Accuracy), ``last3_cf(standalone)_local_acc``
-(FedAKD's CF coefficient, specs/fedakd.md §3.2), ``final_clientstd_client_global_acc`` (the spread over
-clients, population std: FedAL's "±" read as dispersion over clients, specs/fedal.md A14), ``reach0.85_global_acc`` (DaFKD's rounds to 85%,
-specs/dafkd.md §3.6). ``max`` over rounds selects on the test set: it is secondary (optimistic).
+``final_clientmax_local_acc`` (FedAKD's Max Client Accuracy), ``final_cf(standalone)_local_acc``
+(FedAKD's CF coefficient as the paper defines it, specs/fedakd.md §3.1), ``last3_cfcode(standalone)_local_acc``
+(CF as the released code computes it, §3.2), ``final_clientstd_client_global_acc`` (the spread over
+clients, population std: FedAL's "±" read as dispersion over clients, specs/fedal.md A14),
+``reach0.85_global_acc`` (DaFKD's rounds to 85%, specs/dafkd.md §3.6), ``count_train_loss`` (the rounds a
+run completed: FedAKD's Table 3 "Round"). ``max`` over rounds selects on the test set: it is secondary
+(optimistic).
 A run-level metric (no client column) takes no client reduction.
 
 Records are ``records.csv`` (``round,metric,client,value``, client empty for run-level values)
@@ -35,8 +38,8 @@ from scipy.stats import pearsonr
 from bench.errors import BenchError
 
 RECORDS_HEADER = ["round", "metric", "client", "value"]
-NAME = re.compile(r"(?:(?P<rounds>final|max)|last(?P<k>\d+)|reach(?P<target>\d+(?:\.\d+)?(?:e-\d+)?))_"
-                  r"(?:client(?P<clients>max|min|std)_|cf\((?P<reference>[\w.-]+)\)_)?(?P<metric>\w+)")
+NAME = re.compile(r"(?:(?P<rounds>final|max|count)|last(?P<k>\d+)|reach(?P<target>\d+(?:\.\d+)?(?:e-\d+)?))_"
+                  r"(?:client(?P<clients>max|min|std)_|(?P<cf>cf|cfcode)\((?P<reference>[\w.-]+)\)_)?(?P<metric>\w+)")
 
 Series = dict[int, float]  # round -> value, in round order
 
@@ -76,6 +79,18 @@ def cf(standalone: Sequence[float], federated: Sequence[float]) -> float:
     if len(x) < 2 or np.ptp(x) == 0 or np.ptp(y) == 0:
         return math.nan
     return float(100 * pearsonr(x, y).statistic)
+
+
+def cf_code(standalone: Sequence[float], federated: Sequence[float]) -> float:
+    """CF as FedAKD's released scripts compute it (specs/fedakd.md §3.2): Acc_s read back from the standalone
+    script's text file (``Client k: 0.xxxx``, 4 decimals, float32), then ``100·np.corrcoef(acc_p, acc_s)[0, 1]``,
+    set to 0 when either vector is all zeros; NaN where the correlation is undefined (a constant vector)."""
+    acc_s = np.array([round(float(v), 4) for v in standalone], dtype=np.float32)
+    acc_p = np.asarray(federated, dtype=float)
+    if not acc_p.any() or not acc_s.any():
+        return 0.0
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return float(100 * np.corrcoef(acc_p, acc_s)[0, 1])
 
 
 def reduce_clients(values: Sequence[float], how: Literal["mean", "max", "min", "std"]) -> float:
@@ -158,8 +173,9 @@ class Records:
                 out[round_] = reduce_clients(list(self.clients(metric, round_).values()), how)
         return out
 
-    def cf_series(self, metric: str, reference: Records) -> Series:
-        """Per evaluated round, CF of this run's clients against ``reference``'s at its last round."""
+    def cf_series(self, metric: str, reference: Records, how: Literal["cf", "cfcode"] = "cf") -> Series:
+        """Per evaluated round, CF of this run's clients against ``reference``'s at its last round: the paper's
+        definition (:func:`cf`) or the released code's computation (:func:`cf_code`)."""
         if metric not in reference.values or reference.last_round not in reference.values[metric]:
             raise BenchError(f"{reference.source}: no {metric} at its last round {reference.last_round} to use as "
                              "the standalone accuracies of CF; re-train that run")
@@ -170,7 +186,7 @@ class Records:
             if list(acc_p) != list(acc_s):
                 raise BenchError(f"CF needs {metric} of the same clients as {reference.source} "
                                  f"(round {round_}: {list(acc_p)} vs {list(acc_s)}); re-train both on one partition")
-            out[round_] = cf(list(acc_s.values()), list(acc_p.values()))
+            out[round_] = (cf if how == "cf" else cf_code)(list(acc_s.values()), list(acc_p.values()))
         return out
 
 
@@ -179,11 +195,11 @@ class Statistic(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     metric: str = Field(pattern=r"^\w+$")
-    rounds: Literal["final", "last", "max", "reach"] = "final"
+    rounds: Literal["final", "last", "max", "reach", "count"] = "final"
     k: int | None = Field(None, ge=1, description="rounds: last")
     target: float | None = Field(None, description="rounds: reach")
-    clients: Literal["mean", "max", "min", "std", "cf"] = "mean"
-    reference: str | None = Field(None, description="clients: cf — the method whose run gives Acc_s")
+    clients: Literal["mean", "max", "min", "std", "cf", "cfcode"] = "mean"
+    reference: str | None = Field(None, description="clients: cf, cfcode — the method whose run gives Acc_s")
 
     @model_validator(mode="before")
     @classmethod
@@ -193,16 +209,16 @@ class Statistic(BaseModel):
         match = NAME.fullmatch(data)
         if match is None:
             raise ValueError(f"{data!r} is not a statistic name (<final|last<k>|max|reach<target>>_"
-                             "[<clientmax|clientmin|clientstd|cf(<method>)>_]<metric>)")
+                             "[<clientmax|clientmin|clientstd|cf(<method>)|cfcode(<method>)>_]<metric>)")
         rounds = match["rounds"] or ("last" if match["k"] else "reach")
-        clients = "cf" if match["reference"] else match["clients"] or "mean"
+        clients = match["cf"] or match["clients"] or "mean"
         return {"metric": match["metric"], "rounds": rounds, "k": match["k"], "target": match["target"],
                 "clients": clients, "reference": match["reference"]}
 
     @model_validator(mode="after")
     def _complete(self) -> Statistic:
         for field, needed in (("k", self.rounds == "last"), ("target", self.rounds == "reach"),
-                              ("reference", self.clients == "cf")):
+                              ("reference", self.clients in ("cf", "cfcode"))):
             if needed != (getattr(self, field) is not None):
                 raise ValueError(f"{field} is {'required' if needed else 'not allowed'} with rounds={self.rounds}, "
                                  f"clients={self.clients}")
@@ -211,7 +227,8 @@ class Statistic(BaseModel):
     @property
     def name(self) -> str:
         rounds = {"last": f"last{self.k}", "reach": f"reach{self.target!r}"}.get(self.rounds, self.rounds)
-        clients = {"mean": "", "cf": f"cf({self.reference})_"}.get(self.clients, f"client{self.clients}_")
+        clients = {"mean": "", "cf": f"cf({self.reference})_", "cfcode": f"cfcode({self.reference})_"}.get(
+            self.clients, f"client{self.clients}_")
         return f"{rounds}_{clients}{self.metric}"
 
     @property
@@ -229,9 +246,9 @@ class Statistic(BaseModel):
         if self.metric not in records.values:
             return None
         try:
-            if self.clients == "cf":
+            if self.clients in ("cf", "cfcode"):
                 assert reference is not None, "a cf statistic needs its reference run's records"
-                series = records.cf_series(self.metric, reference)
+                series = records.cf_series(self.metric, reference, self.clients)  # type: ignore[arg-type]
             else:
                 series = records.series(self.metric, self.clients)
             if self.rounds == "final":
@@ -240,6 +257,8 @@ class Statistic(BaseModel):
                 value = last_k(series, records.last_round, self.k)  # type: ignore[arg-type]
             elif self.rounds == "max":
                 value = max_over_rounds(series)
+            elif self.rounds == "count":
+                value = float(len(series))
             else:
                 value = rounds_to_target(series, self.target)  # type: ignore[arg-type]
         except BenchError as exc:

@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 import yaml
 
 from bench import CPU_KERNEL_VARIABLES
-from bench.fileio import sha256_file, write_json, write_text
+from bench.fileio import atomic_write, sha256_file, write_json, write_text
 
 T = TypeVar("T")
 
@@ -87,7 +87,7 @@ def curves_csv(curves: list[dict[str, float]]) -> str:
 
 RECORDS_HEADER = ("round", "metric", "client", "value")
 RUN_FILES = ("metrics.json", "failure.json", "config.yaml", "curves.csv", "records.csv", "provenance.json",
-             "timing.json")
+             "timing.json", "model.pt")
 
 
 def clear_run(out_dir: str | Path) -> None:
@@ -119,6 +119,11 @@ def write_run(result: Any, out_dir: str | Path) -> Path:
     write_text(out / "records.csv", records_csv(result.records))
     write_json(out / "provenance.json", provenance(result))
     write_json(out / "timing.json", result.timing)
+    if cfg.tracking.save_model and result.state.server.model is not None:
+        import torch  # not at module level: bench.tracking.background logs runs without torch
+
+        state = {k: v.detach().cpu() for k, v in result.state.server.model.state_dict().items()}
+        atomic_write(out / "model.pt", lambda handle: torch.save(state, handle))
     (out / "failure.json").unlink(missing_ok=True)
     write_json(out / "metrics.json", {"status": "ok", "config_sha256": cfg.sha256, "seed": cfg.seed,
                                       "algorithm": cfg.algorithm.name, "rounds": cfg.training.rounds,

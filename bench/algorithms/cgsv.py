@@ -1,0 +1,101 @@
+"""CGSV — Xu, Lyu, Ma, Miao, Foo, Low, "Gradient Driven Rewards to Guarantee Fairness in Collaborative Machine
+Learning", NeurIPS 2021 (specs/fedakd.md §4 CGSV).
+
+Each round every client computes its local update Δ_k (one local pass). The server aggregates them into u,
+values each client by the cosine gradient Shapley value ψ_k = max(0, cos(Δ_k, u)) (:func:`cosine_values`),
+updates the reputations r ← α·r + (1 − α)·ψ, normalised (:func:`reputation_update`), and rewards client k
+with the ⌊q_k·D⌋ largest-magnitude entries of u, q_k = tanh(β·r_k) / max_j tanh(β·r_j) (β the altruism
+degree; :func:`reward_count`) — so the better a client's update aligns with the federation's, the more of
+the aggregate it gets. ``reward_share`` records q_k per client and round.
+
+``mode`` [C: FedAKD's ``cgsv.py``; P/I: the spec's summary of the paper]:
+
+    switch     paper                                     code
+    aggregate  reputation: u = Σ_k r_k·Δ_k               mean: u = (1/K)Σ_k Δ_k (equal weights)
+    keys       parameters                                state: the whole state dict, BN buffers and the
+                                                         integer num_batches_tracked included, as the code
+                                                         flattens it
+    reward     own: the personal model before training   trained: the locally trained copy of the global
+               moves by its reward only (its local       model + its reward; w_g ← w_g + u
+               update reaches it through u)
+    start/data/validation  see bench.algorithms.rewards (code: a copy of the global model, all local data)
+
+Defaults α = 0.9, β (altruism) = 1, sparse rewards [P Table 6; "BETA = 2.0" of Table 6 is unused by the code].
+"""
+from __future__ import annotations
+
+from typing import Any, ClassVar, Literal
+
+import torch
+from pydantic import Field
+
+from bench.algorithms import register_algorithm
+from bench.algorithms.rewards import Reputations, RewardedClients, RewardParams
+from bench.engine.state import Client, Server
+from bench.engine.vectors import keep_largest, load_vector, model_vector, parameter_keys, state_keys, weighted_sum
+
+
+class CGSVParams(RewardParams):
+    MODE_DEFAULTS: ClassVar[dict[str, dict[str, Any]]] = {
+        "paper": {"start": "own", "data": "train", "validation": "split", "aggregate": "reputation",
+                  "keys": "parameters", "reward": "own"},
+        "code": {"start": "global", "data": "all", "validation": "head", "aggregate": "mean",
+                 "keys": "state", "reward": "trained"},
+    }
+    alpha: float = Field(0.9, ge=0, le=1, description="α: weight of the old reputation in the moving average")
+    altruism: float = Field(1.0, gt=0, description="β: the altruism degree in tanh(β·r)")
+    sparse: bool = Field(True, description="reward with the top-q_k share of u (false: all of u)")
+    aggregate: Literal["reputation", "mean"] = "reputation"
+    keys: Literal["parameters", "state"] = "parameters"
+    reward: Literal["own", "trained"] = "own"
+
+
+def cosine_values(deltas: list[torch.Tensor], aggregate: torch.Tensor) -> torch.Tensor:
+    """ψ_k = max(0, cos(Δ_k, u)), each norm with the code's +1e-9."""
+    direction = aggregate / (torch.linalg.vector_norm(aggregate) + 1e-9)
+    return torch.tensor([max(0.0, float(torch.dot(d / (torch.linalg.vector_norm(d) + 1e-9), direction)))
+                         for d in deltas], dtype=torch.float64)
+
+
+def reputation_update(reputation: torch.Tensor, values: torch.Tensor, alpha: float) -> torch.Tensor:
+    """r ← α·r + (1 − α)·ψ, normalised to sum 1 (unchanged if it sums to 0)."""
+    rep = alpha * reputation + (1 - alpha) * values
+    return rep / rep.sum() if rep.sum() > 0 else rep
+
+
+def reward_count(reputation: torch.Tensor, altruism: float, dim: int) -> list[int]:
+    """⌊D·tanh(β·r_k)/(max_j tanh(β·r_j) + 1e-9)⌋ entries of the aggregate for each client (the code's form)."""
+    t = torch.tanh(altruism * reputation)
+    return [int(dim * float(v) / (float(t.max()) + 1e-9)) for v in t]
+
+
+@register_algorithm("cgsv")
+class CGSV(RewardedClients):
+    Params = CGSVParams
+    params: CGSVParams
+
+    def run_round(self, round_index: int, server: Server[Reputations], clients: list[Client]) -> dict[str, float]:
+        assert server.model is not None and server.state.reputation is not None
+        p, state = self.params, server.state
+        keys = parameter_keys(server.model) if p.keys == "parameters" else state_keys(server.model, integers=True)
+        starts = [model_vector(c.model, keys) for c in clients]
+        deltas, loss = self.local_deltas(round_index, server, clients, keys)
+        weights = ([float(state.reputation[c.cid]) for c in clients] if p.aggregate == "reputation"
+                   else [1.0] * len(clients))
+        aggregate = weighted_sum(deltas, [w / sum(weights) for w in weights])
+        values = torch.zeros_like(state.reputation)
+        values[[c.cid for c in clients]] = cosine_values(deltas, aggregate)
+        rep = state.reputation.clone()
+        rep[[c.cid for c in clients]] = reputation_update(state.reputation, values, p.alpha)[[c.cid for c in clients]]
+        state.reputation = rep / rep.sum()
+        load_vector(server.model, model_vector(server.model, keys) + aggregate, keys)
+
+        counts = reward_count(state.reputation, p.altruism, len(aggregate)) if p.sparse else None
+        state.share = {}
+        for client, start in zip(clients, starts):
+            count = counts[client.cid] if counts is not None else len(aggregate)
+            reward = keep_largest(aggregate, count)
+            base = start if p.reward == "own" else model_vector(client.model, keys)
+            load_vector(client.model, base + reward, keys)
+            state.share[client.cid] = count / len(aggregate)
+        return {"train_loss": loss}

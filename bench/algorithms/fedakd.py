@@ -1,0 +1,219 @@
+"""FedAKD — Yu, Wang, Wang, Lin, Liu, Yee, Ma, "Towards Collaborative Fairness in Federated Learning Under
+Imbalanced Covariate Shift", KDD 2025 (specs/fedakd.md §1).
+
+Federated *asynchronous* knowledge distillation. Each client k keeps a personal model w_k, never
+overwritten by the global model w_g. In round t, for every client (Algorithm 1, §1.3):
+
+1. Global → local (Eq. 2): one epoch over D_k of   L→ = CE(w_k; D_k) + α·KD(w_k; w_g, D_k)   (teacher w_g
+   frozen, in eval mode).
+2. Selection: I_k = {(x, y) ∈ D_k : argmax f(x; w_k) = y} — the samples the updated local model gets right;
+   "high confidence" has no probability threshold (§0.1).
+3. Local → global (Eq. 5): a copy w_{g,k} of w_g, one epoch over I_k of   L← = CE(w_{g,k}; I_k) +
+   β·KD(w_{g,k}; w_k, I_k)   (teacher w_k frozen); an empty I_k takes no step and uploads w_g unchanged.
+4. Server: w_g ← Σ_k |D_k|·w_{g,k} / Σ_k |D_k| over the whole state dict, BN statistics included.
+
+KD(student; teacher, S) = τ²·KL(softmax(z_t/τ) ‖ softmax(z_s/τ)), the batch mean (``F.kl_div`` with
+``batchmean``, §1.2 [C]); α = β = τ = 1 [P Table 6]. Each phase builds a fresh optimiser (the run's
+``training.optimizer``, Adam in the paper's suite, §0.3); the client's G→L optimiser is reset each round
+unless the config makes it persistent.
+
+``mode`` sets two switches (an explicitly given one wins):
+
+    switch   paper                         code (the released fedack.py, which made the tables, §1.4)
+    order    paper: G→L, select, L→G,      code: L→G on last round's I_k (round 1: all of D_k, teacher the
+             aggregate (Algorithm 1)       untrained w_k = w_g), aggregate, then G→L from the new w_g, select
+    data     train: D_k = the train split  train_and_test: D_k = train + local test split, so G→L and the
+                                           selection see the test data the global model is scored on
+                                           (§0.8, leakage); aggregation weights |D_k| count both
+
+The ablations of Table 4 (§1.7) are switches of the same method: ``selection: all`` (All-Data: L→G over
+all of D_k), ``global_to_local: false`` (Single-Dist: no G→L; w_k ← w_g each round, so I_k is selected
+by, and L→G distils from, a copy of w_g [I]), ``weighting: correct`` (Correct-Agg.: weights |I_k|).
+
+Readings [I] (§1.6): one epoch of mini-batches per phase (Algorithm 1 writes one gradient step); the
+model evaluated as Acc_p is the suite's choice (``evaluation.local_model: global`` gives the code's
+w_g on each local test split, ``own`` the personal w_k). Each client's |I_k|/|D_k| is recorded every
+round (``selected_share``).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar, Literal
+
+import torch
+import torch.nn.functional as F
+from pydantic import Field
+from torch import nn
+
+from bench.algorithms import register_algorithm
+from bench.algorithms.base import Algorithm
+from bench.algorithms.modes import ModeParams
+from bench.engine.aggregate import copy_state, load_state, weighted_average
+from bench.engine.chunks import chunk_size
+from bench.engine.loop import Loop, Step
+from bench.engine.state import Client, NoState, Server
+
+
+class FedAKDParams(ModeParams):
+    MODE_DEFAULTS: ClassVar[dict[str, dict[str, Any]]] = {
+        "paper": {"order": "paper", "data": "train"},  # Algorithm 1 (§1.3)
+        "code": {"order": "code", "data": "train_and_test"},  # the released fedack.py (§1.4)
+    }
+    alpha: float = Field(1.0, ge=0, description="α, weight of KD in global→local distillation (Eq. 2)")
+    beta: float = Field(1.0, ge=0, description="β, weight of KD in local→global distillation (Eq. 5)")
+    temperature: float = Field(1.0, gt=0, description="τ of the KD softmaxes (Table 6 T)")
+    order: Literal["paper", "code"] = "paper"
+    data: Literal["train", "train_and_test"] = "train"
+    selection: Literal["correct", "all"] = Field("correct", description="L→G data: I_k, or all of D_k (All-Data)")
+    global_to_local: bool = Field(True, description="Step 1; false: w_k ← w_g instead (Single-Dist)")
+    weighting: Literal["data", "correct"] = Field("data", description="aggregation weights |D_k|, or |I_k| "
+                                                                       "(Correct-Agg.)")
+
+
+def kd_loss(student_logits: torch.Tensor, teacher_logits: torch.Tensor, temperature: float) -> torch.Tensor:
+    """τ²·(1/B)Σ_i KL(softmax(z_t,i/τ) ‖ softmax(z_s,i/τ)) (§1.2 [C]); the teacher is a constant."""
+    return F.kl_div(F.log_softmax(student_logits / temperature, dim=1),
+                    F.softmax(teacher_logits.detach() / temperature, dim=1),
+                    reduction="batchmean") * temperature ** 2
+
+
+def distillation_objective(student_logits: torch.Tensor, teacher_logits: torch.Tensor, y: torch.Tensor,
+                           weight: float, temperature: float) -> torch.Tensor:
+    """CE(student; y) + weight·KD(student; teacher): Eq. 2 (local student, global teacher, weight α) and
+    Eq. 5 (global student, local teacher, weight β)."""
+    loss = F.cross_entropy(student_logits, y)
+    return loss + weight * kd_loss(student_logits, teacher_logits, temperature) if weight else loss
+
+
+@torch.no_grad()
+def correctly_predicted(model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch_size: int) -> torch.Tensor:
+    """The indices i with argmax f(x_i; w) = y_i (Step 2, §0.1), the model in eval mode, in index order."""
+    was_training = model.training
+    model.eval()
+    size = chunk_size(model, x, batch_size)
+    hits = [model(x[s:s + size])[1].argmax(1) == y[s:s + size] for s in range(0, len(y), size)]
+    model.train(was_training)
+    return torch.cat(hits).nonzero().flatten() if hits else torch.zeros(0, dtype=torch.long, device=y.device)
+
+
+@dataclass
+class FedAKDClient(NoState):
+    """What a client carries between rounds: its selected set I_k as indices into D_k (the code's order
+    distils from the previous round's; None before the first selection: all of D_k)."""
+
+    selected: torch.Tensor | None = None
+
+
+@register_algorithm("fedakd")
+class FedAKD(Algorithm[FedAKDClient, NoState]):
+    Params = FedAKDParams
+    params: FedAKDParams
+    ClientState = FedAKDClient
+    resident_models = 3  # the personal model, the working copy of the global model and the frozen teacher
+
+    def __init__(self, params: FedAKDParams, ctx: Any) -> None:
+        super().__init__(params, ctx)
+        self._student: nn.Module | None = None  # scratch w_{g,k}: overwritten from w_g before every use
+        self._pools: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+
+    # -- data ----------------------------------------------------------------------------------
+
+    def pool(self, client: Client) -> tuple[torch.Tensor, torch.Tensor]:
+        """D_k: the train split, or (``data: train_and_test``, the released code) train + local test."""
+        if self.params.data == "train":
+            return client.data.x, client.data.y
+        if client.cid not in self._pools:
+            self._pools[client.cid] = client.data.with_test()
+        return self._pools[client.cid]
+
+    # -- the three client steps ----------------------------------------------------------------
+
+    def global_to_local(self, round_index: int, server: Server, client: Client[FedAKDClient]) -> float:
+        """Step 1 (Eq. 2): w_k learns from D_k and from the frozen global model; Single-Dist copies w_g instead."""
+        assert server.model is not None
+        if not self.params.global_to_local:
+            copy_state(client.model, server.model)
+            return 0.0
+        teacher = server.model.eval()
+        x, y = self.pool(client)
+
+        def step(_: Step, batch: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+            bx, by = batch
+            with torch.no_grad():
+                _, teacher_logits = teacher(bx)
+            _, logits = client.model(bx)
+            return distillation_objective(logits, teacher_logits, by, self.params.alpha, self.params.temperature)
+
+        return self.ctx.client_loop(client, round_index).run(self.ctx.batches(x, y, client.cid, round_index), step)
+
+    def select(self, client: Client[FedAKDClient]) -> None:
+        """Step 2: I_k from the local model (All-Data: every sample)."""
+        x, y = self.pool(client)
+        client.state.selected = (torch.arange(len(y), device=y.device) if self.params.selection == "all" else
+                                 correctly_predicted(client.model, x, y, self.ctx.config.evaluation.batch_size))
+
+    def local_to_global(self, round_index: int, server: Server,
+                        client: Client[FedAKDClient]) -> tuple[dict[str, torch.Tensor], float]:
+        """Step 3 (Eq. 5): a copy of w_g learns from I_k and from the frozen local model; its state dict and
+        mean loss (an empty I_k takes no step: w_g itself, loss 0)."""
+        assert server.model is not None
+        if self._student is None:
+            self._student = self.ctx.build_model("fedakd-student")
+        student = self._student
+        copy_state(student, server.model)
+        student.train()
+        teacher = client.model.eval()
+        x, y = self.pool(client)
+        chosen = client.state.selected if client.state.selected is not None else torch.arange(len(y), device=y.device)
+        loop = Loop(self.ctx.make_optimizer(student.parameters(), self.ctx.lr_at(round_index)),
+                    list(student.parameters()), round_index, client.cid, self.ctx.config.training.grad_clip,
+                    guard=self.ctx.loss_guard)
+
+        def step(_: Step, batch: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+            bx, by = batch
+            with torch.no_grad():
+                _, teacher_logits = teacher(bx)
+            _, logits = student(bx)
+            return distillation_objective(logits, teacher_logits, by, self.params.beta, self.params.temperature)
+
+        loss = loop.run(self.ctx.batches(x[chosen], y[chosen], "l2g", client.cid, round_index), step) if len(chosen) else 0.0
+        client.model.train()
+        return {k: v.clone() for k, v in student.state_dict().items()}, loss
+
+    # -- the round -------------------------------------------------------------------------------
+
+    def weight(self, client: Client[FedAKDClient]) -> float:
+        """|D_k| (Algorithm 1 line 26), or |I_k| for Correct-Agg."""
+        if self.params.weighting == "correct" and client.state.selected is not None:
+            return float(len(client.state.selected))
+        return float(len(self.pool(client)[1]))
+
+    def run_round(self, round_index: int, server: Server, clients: list[Client[FedAKDClient]]) -> dict[str, float]:
+        assert server.model is not None
+        g2l: list[float] = []
+        l2g: list[tuple[dict[str, torch.Tensor], float]] = []
+        if self.params.order == "paper":
+            for client in clients:
+                g2l.append(self.global_to_local(round_index, server, client))
+                self.select(client)
+                l2g.append(self.local_to_global(round_index, server, client))
+            self.aggregate_uploads(server, [state for state, _ in l2g], [self.weight(c) for c in clients])
+        else:  # the released code: L→G on last round's I_k, aggregate, then G→L from the new w_g and select
+            weights = [self.weight(c) for c in clients]
+            l2g = [self.local_to_global(round_index, server, client) for client in clients]
+            self.aggregate_uploads(server, [state for state, _ in l2g], weights)
+            for client in clients:
+                g2l.append(self.global_to_local(round_index, server, client))
+                self.select(client)
+        server.model.train()
+        return {"train_loss": sum(g2l) / len(g2l), "distill_loss": sum(loss for _, loss in l2g) / len(l2g)}
+
+    def aggregate_uploads(self, server: Server, uploads: list[dict[str, torch.Tensor]], weights: list[float]) -> None:
+        """Step 4: the weighted average of the uploaded global copies (all clients weigh 0: unchanged)."""
+        assert server.model is not None
+        if sum(weights) > 0:
+            load_state(server.model, weighted_average(uploads, weights))
+
+    def client_records(self, server: Server, clients: list[Client[FedAKDClient]]) -> dict[str, dict[int, float]]:
+        return {"selected_share": {c.cid: len(c.state.selected) / len(self.pool(c)[1])
+                                   for c in clients if c.state.selected is not None}}

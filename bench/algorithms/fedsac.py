@@ -1,0 +1,276 @@
+"""FedSAC — Wang, Wang, Lyu, Peng, Yang, Wen, Fan, "FedSAC: Dynamic Submodel Allocation for Collaborative
+Fairness in Federated Learning", KDD 2024 (specs/fedakd.md §4 FedSAC). No code of the authors is public;
+``mode: code`` follows FedAKD's ``fedsac.py`` (§4 [C]), ``mode: paper`` the spec's summary of the paper [I].
+
+Contribution and reputation. c_k is client k's standalone accuracy; r_k = 100·exp(β·c_k)/max_j exp(β·c_j)
+(:func:`reputations`, β = 2). FedAKD's script reads c_k from the Standalone run's file; a run cannot read
+another run's output, so FedSAC measures it itself before round 1, exactly as the Standalone method trains
+(``contribution_epochs`` epochs of the client's own model, initialised from the stream Standalone uses, with
+a persistent optimiser at ``contribution_lr_factor`` × the run's learning rate, the same batch streams, accuracy on its local test split;
+paper: on its validation split) — with the Standalone run's protocol these are the Standalone run's numbers
+bit for bit (a test checks it).
+
+Submodels. The neurons are the output channels (filters) of the model's convolutions (96 in SimpleCNN). At an
+allocation round the server scores each filter by the increase of the global model's validation loss when
+the filter's weights and bias are zeroed, clipped at 0 and normalised to sum 100 (:func:`filter_importance`),
+and gives client k its ``keep`` most important filters (:func:`submodel_mask`: code ⌊r_k⌋ filters, paper
+⌊r_k·N/100⌋; at least 1). The mask is the client's reward, typed client state, recorded as ``submodel_share``.
+
+    switch       paper [I]                                 code [C]
+    allocation   every round from ``allocation_round``     once, at ``allocation_round`` (null: the
+                 on (null: Table 6's mid_round 15 of 20,   code's ⌊R/2⌋ + 1)
+                 0-based: ⌊0.75·R⌋ + 1)
+    train        the client's submodel (global with its    the full global model, each conv layer frozen
+                 un-kept filters zeroed), gradients of     whole iff its *last* filter is un-kept (the
+                 un-kept filters masked to 0               code's requires_grad bug)
+    aggregate    dynamic: each filter over the clients     the mean over all clients of conv/fc weights
+                 holding it (data-size weights), every     and biases, un-kept filters as zeros; BN never
+                 other entry over all clients              aggregated (the global BN stays at its init)
+    reward       the client's model is its submodel of     every client is evaluated with the global model
+                 the new global model                      (``evaluation.local_model: global``)
+
+Between allocations (before the first, and in code mode after it) a round is plain local training of the
+global model and that aggregation with full masks.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar, Literal
+
+import torch
+import torch.nn.functional as F
+from pydantic import Field
+from torch import nn
+
+from bench.algorithms import register_algorithm
+from bench.algorithms.base import Algorithm
+from bench.algorithms.modes import ModeParams
+from bench.engine.aggregate import load_state, weighted_average
+from bench.engine.loop import Loop
+from bench.engine.state import Client, NoState, Server
+from bench.engine.validation import ValidationSource, server_validation
+from bench.errors import BenchError
+
+
+class FedSACParams(ModeParams):
+    MODE_DEFAULTS: ClassVar[dict[str, dict[str, Any]]] = {
+        "paper": {"allocation": "every", "train": "submodel", "aggregate": "dynamic", "keep": "share",
+                  "validation": "split", "contribution_split": "validation"},
+        "code": {"allocation": "once", "train": "layer_freeze", "aggregate": "masked_mean", "keep": "count",
+                 "validation": "head", "contribution_split": "test"},
+    }
+    beta: float = Field(2.0, ge=0, description="β of the reputation mapping exp(β·c)")
+    contribution_epochs: int = Field(20, ge=1, description="epochs of standalone training that measure c_k")
+    contribution_lr_factor: float = Field(1.0, gt=0, description="its learning rate, × training.optimizer.lr (the "
+                                                                  "Standalone run's ratio: 0.1 in FedAKD's suite)")
+    allocation_round: int | None = Field(None, ge=1, description="first allocation round (null: code ⌊R/2⌋ + 1, "
+                                                                  "paper ⌊0.75·R⌋ + 1)")
+    allocation: Literal["once", "every"] = "every"
+    train: Literal["submodel", "layer_freeze"] = "submodel"
+    aggregate: Literal["dynamic", "masked_mean"] = "dynamic"
+    keep: Literal["share", "count"] = "share"
+    validation: ValidationSource = "split"
+    contribution_split: Literal["validation", "test"] = "validation"
+
+
+Filter = tuple[str, str | None, int]  # (weight key, bias key or None, output channel) of one convolution filter
+
+
+def conv_filters(model: nn.Module) -> list[Filter]:
+    """Every output channel of every Conv2d, in module order: the neurons FedSAC allocates."""
+    return [(f"{name}.weight", f"{name}.bias" if module.bias is not None else None, i)
+            for name, module in model.named_modules() if isinstance(module, nn.Conv2d)
+            for i in range(module.out_channels)]
+
+
+def _filter_keys(weight: str, bias: str | None) -> list[str]:
+    return [weight] if bias is None else [weight, bias]
+
+
+def reputations(contribution: torch.Tensor, beta: float) -> torch.Tensor:
+    """r_k = 100·exp(β·c_k) / max_j exp(β·c_j)."""
+    r = torch.exp(beta * contribution)
+    return 100 * r / r.max()
+
+
+def submodel_mask(reputation: float, importance: torch.Tensor, keep: Literal["share", "count"]) -> torch.Tensor:
+    """The client's filters: the ⌊r⌋ (``count``) or ⌊r·N/100⌋ (``share``) most important, at least 1 and at
+    most N; ties by filter order (a stable sort)."""
+    n = len(importance)
+    count = int(reputation) if keep == "count" else int(reputation * n / 100)
+    order = torch.sort(-importance, stable=True).indices[:max(1, min(count, n))]
+    mask = torch.zeros(n, dtype=torch.bool)
+    mask[order] = True
+    return mask
+
+
+@torch.no_grad()
+def filter_importance(model: nn.Module, filters: list[Filter], x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Per filter, max(0, loss with the filter zeroed − loss), normalised to sum 100 (all zero: zeros)."""
+    was_training = model.training
+    model.eval()
+    state = model.state_dict()
+
+    def loss() -> float:
+        return float(F.cross_entropy(model(x)[1], y))
+
+    base = loss()
+    scores = torch.zeros(len(filters), dtype=torch.float64)
+    for i, (weight, bias, channel) in enumerate(filters):
+        keys = _filter_keys(weight, bias)
+        saved = [state[k][channel].clone() for k in keys]
+        for k in keys:
+            state[k][channel] = 0
+        scores[i] = max(0.0, loss() - base)
+        for k, value in zip(keys, saved):
+            state[k][channel] = value
+    model.train(was_training)
+    return scores / scores.sum() * 100 if scores.sum() > 0 else scores
+
+
+@torch.no_grad()
+def apply_mask(state: dict[str, torch.Tensor], filters: list[Filter], mask: torch.Tensor) -> dict[str, torch.Tensor]:
+    """A copy of ``state`` with the un-kept filters' weights and biases set to 0."""
+    out = {k: v.clone() for k, v in state.items()}
+    for (weight, bias, channel), kept in zip(filters, mask.tolist()):
+        if not kept:
+            for k in _filter_keys(weight, bias):
+                out[k][channel] = 0
+    return out
+
+
+@dataclass
+class FedSACClient(NoState):
+    mask: torch.Tensor | None = None  # the filters allocated to this client (None: all)
+
+
+@dataclass
+class FedSACServer(NoState):
+    contribution: torch.Tensor | None = None  # c_k, measured before round 1
+    reputation: torch.Tensor | None = None  # r_k
+    importance: torch.Tensor | None = None  # the filters' importance at the last allocation
+
+
+@register_algorithm("fedsac")
+class FedSAC(Algorithm[FedSACClient, FedSACServer]):
+    Params = FedSACParams
+    params: FedSACParams
+    ClientState = FedSACClient
+    ServerState = FedSACServer
+
+    # -- contribution --------------------------------------------------------------------------
+
+    def contribution(self, client: Client) -> float:
+        """c_k: the accuracy of the client's own model after ``contribution_epochs`` of training alone, as
+        the Standalone method trains it (same init stream, batch streams and persistent optimiser)."""
+        model = self.ctx.build_model("client", client.cid, name=self.ctx.architectures[client.cid])
+        lr = self.params.contribution_lr_factor * self.ctx.config.training.optimizer.lr
+        optimizer = self.ctx.make_optimizer(model.parameters(), lr)
+        alone = Client(client.cid, client.data, model, NoState(), optimizer)
+        for epoch in range(1, self.params.contribution_epochs + 1):
+            model.train()
+            Loop(optimizer, list(model.parameters()), epoch, client.cid, self.ctx.config.training.grad_clip,
+                 guard=self.ctx.loss_guard).run(self.ctx.client_batches(alone, epoch),
+                                                lambda step, batch: self.local_loss(step, alone, *batch))
+        d = client.data
+        x, y = (d.test_x, d.test_y) if self.params.contribution_split == "test" else (d.val_x, d.val_y)
+        if x is None or y is None:
+            raise BenchError("FedSAC measures contributions on the validation splits; set "
+                             "partition.validation_fraction > 0, or contribution_split: test")
+        return self.ctx.accuracy(model, x, y)
+
+    # -- a round ---------------------------------------------------------------------------------
+
+    def allocates(self, round_index: int) -> bool:
+        """An allocation round: from ``allocation_round`` on (paper), or only then (code); by default the code's
+        ⌊R/2⌋ + 1 in code mode and Table 6's mid_round 15 of 20 (0-based), ⌊0.75·R⌋ + 1, in paper mode."""
+        rounds = self.ctx.config.training.rounds
+        first = self.params.allocation_round or (rounds // 2 + 1 if self.params.mode == "code" else int(0.75 * rounds) + 1)
+        return round_index == first if self.params.allocation == "once" else round_index >= first
+
+    def run_round(self, round_index: int, server: Server[FedSACServer],
+                  clients: list[Client[FedSACClient]]) -> dict[str, float]:
+        assert server.model is not None
+        state, p = server.state, self.params
+        if state.contribution is None:
+            state.contribution = torch.tensor([self.contribution(c) for c in clients], dtype=torch.float64)
+            state.reputation = reputations(state.contribution, p.beta)
+        filters = conv_filters(server.model)
+        allocating = self.allocates(round_index)
+        if allocating:
+            x, y = server_validation(clients, p.validation)
+            state.importance = filter_importance(server.model, filters, x, y)
+            assert state.reputation is not None
+            for c in clients:
+                c.state.mask = submodel_mask(float(state.reputation[c.cid]), state.importance, p.keep)
+        elif p.allocation == "once":
+            for c in clients:
+                c.state.mask = None
+        full = torch.ones(len(filters), dtype=torch.bool)
+        masks = [c.state.mask if c.state.mask is not None else full for c in clients]
+        global_state = {k: v.clone() for k, v in server.model.state_dict().items()}
+        uploads, losses = [], []
+        for client, mask in zip(clients, masks):
+            losses.append(self.train(round_index, client, global_state, filters, mask))
+            uploads.append({k: v.clone() for k, v in client.model.state_dict().items()})
+        self.aggregate_submodels(server, uploads, masks, [float(c.data.num_samples) for c in clients], filters)
+        for client, mask in zip(clients, masks):  # the reward: the client's submodel of the new global model
+            load_state(client.model, apply_mask(server.model.state_dict(), filters, mask))
+        return {"train_loss": sum(losses) / len(losses)}
+
+    def train(self, round_index: int, client: Client[FedSACClient], global_state: dict[str, torch.Tensor],
+              filters: list[Filter], mask: torch.Tensor) -> float:
+        """Local training of the client's submodel (paper) or of the global model with the code's freezing."""
+        model = client.model
+        load_state(model, apply_mask(global_state, filters, mask) if self.params.train == "submodel" else global_state)
+        handles, frozen = [], []
+        if not bool(mask.all()):
+            modules = dict(model.named_modules())
+            for name in dict.fromkeys(w.rsplit(".", 1)[0] for w, _, _ in filters):
+                conv = modules[name]
+                kept = torch.tensor([bool(k) for (w, _, _), k in zip(filters, mask.tolist())
+                                     if w == f"{name}.weight"], device=conv.weight.device)
+                params = [p for p in (conv.weight, conv.bias) if p is not None]
+                if self.params.train == "submodel":  # gradients of the un-kept filters masked to 0
+                    handles += [p.register_hook(lambda g, k=kept: g * k.view(-1, *[1] * (g.dim() - 1)))
+                                for p in params]
+                elif not bool(kept[-1]):  # the code: the whole layer follows its last filter
+                    frozen += params
+        for param in frozen:
+            param.requires_grad_(False)
+        try:
+            return self.ctx.local_train(client, round_index, self.local_loss)
+        finally:
+            for handle in handles:
+                handle.remove()
+            for param in frozen:
+                param.requires_grad_(True)
+
+    @torch.no_grad()
+    def aggregate_submodels(self, server: Server, uploads: list[dict[str, torch.Tensor]], masks: list[torch.Tensor],
+                            sizes: list[float], filters: list[Filter]) -> None:
+        assert server.model is not None
+        if self.params.aggregate == "masked_mean":  # the code: conv/fc weights and biases, uniform, zeros included
+            keys = [k for k, _ in server.model.named_parameters()
+                    if not isinstance(dict(server.model.named_modules())[k.rsplit(".", 1)[0]], nn.BatchNorm2d)]
+            masked = [apply_mask(u, filters, m) for u, m in zip(uploads, masks)]
+            load_state(server.model, weighted_average(masked, [1.0] * len(masked), keys), strict=False)
+            return
+        new = weighted_average(uploads, sizes)
+        current = server.model.state_dict()
+        for i, (weight, bias, channel) in enumerate(filters):
+            holders = [j for j, m in enumerate(masks) if bool(m[i])]
+            total = sum(sizes[j] for j in holders)
+            for key in _filter_keys(weight, bias):
+                new[key][channel] = (sum(sizes[j] / total * uploads[j][key][channel] for j in holders) if holders
+                                     else current[key][channel])
+        load_state(server.model, new)
+
+    def client_records(self, server: Server[FedSACServer], clients: list[Client[FedSACClient]]) -> dict[str, dict[int, float]]:
+        out: dict[str, dict[int, float]] = {
+            "submodel_share": {c.cid: float(c.state.mask.float().mean()) if c.state.mask is not None else 1.0
+                               for c in clients}}
+        if server.state.contribution is not None and server.state.reputation is not None:
+            out["contribution"] = {c.cid: float(server.state.contribution[c.cid]) for c in clients}
+            out["reputation"] = {c.cid: float(server.state.reputation[c.cid]) for c in clients}
+        return out

@@ -1,0 +1,202 @@
+"""FedAKD (KDD 2025): Tables 1-5 (``fedakd.yaml``), the claims the report checks (specs/fedakd.md §8 R5, R6,
+R8, R9; §5.4) and the sections for Tables 2 and 3.
+
+The ``paper`` and ``paper_code`` profiles' Table-1 and Table-5 settings are the paper's columns
+(``fmnist-pow`` … ``t5-cifar10-dir3``). Tables 3 and 4 were run on the private EHR data, so every profile
+runs them on analogues (a simulated ICS(5) setting under an equal wall-clock budget; the ablation on ICS(5)
+and BCS), compared by rank and by the paper's claims. The ``proxy`` (digits) and ``smoke`` profiles' columns
+are all analogues. Table 2 (EHR) is not reproducible: the report says so beside its printed values.
+
+Values in :class:`Results` are in each side's own units (ours: accuracies as fractions, CF in %; printed: %),
+so claims compare within one side only, and the evidence quotes values as they are.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from bench.errors import BenchError
+from bench.suites.paper import TIME_RATIO, Claim, Paper, PaperDefinition, Results, Section, SuiteView, range_claim
+
+CF_METHODS = ("cffl", "cgsv", "fedave", "fedsac")  # the collaborative-fairness baselines (§4)
+TABLE1_METHODS = ("standalone", "fedavg", "cffl", "cgsv", "fedave", "fedsac", "pfedck", "feddc", "fedas", "fedmpr",
+                  "fedakd")
+TABLE5_METHODS = ("standalone", "fedavg", "cffl", "cgsv", "fedave", "fedsac", "fedakd")
+ABLATION_ORDER = ("fedakd", "fedakd_correct_agg", "fedakd_all_data", "fedakd_single_dist")  # R9, on CF
+TIME_SETTINGS_NOTE = (
+    "The paper's own Table 3 contradicts its claim that FedAKD has the highest per-round time (§5.4): under "
+    "FedAKD's 40-round budget FedAVE completes 39 rounds, so FedAVE is slower per round than FedAKD.")
+
+
+PROXY_NOTE = (
+    "Every column here is an analogue of the paper's, on small data (the embedded 8x8 digits at the proxy, "
+    "fabricated images at smoke) under the same partition generators, protocol and methods. On such data every "
+    "method lands within a few points of the others (digits is easy), so these numbers test the plumbing — "
+    "partitions, methods, statistics, claims, bitwise determinism against the pinned values — and not the "
+    "paper's claims, which need the `paper` or `paper_code` profile (FashionMNIST and CIFAR-10 on a GPU). The "
+    "claims below are still checked on these columns, as a record of what the proxy shows.")
+
+
+def _short(value: float) -> str:
+    return f"{value:.4g}"
+
+
+class FedAKD(Paper):
+    def best_cells(self, results: Results, table: str, methods: tuple[str, ...],
+                   excepted: frozenset[tuple[str, str]] = frozenset()) -> tuple[int, int, list[str]]:
+        """(cells where FedAKD is strictly best among ``methods``, cells measured, the others named) over the
+        table's columns and measures (Table 3's rounds aside); ``excepted`` (paper column, measure) cells are
+        left out where every column a report column stands for is excepted."""
+        d = self.definition
+        best, cells, misses = 0, 0, []
+        for column in results.table(table):
+            for name, measure in d.tables[table].measures.items():
+                if name == "rounds" or all((k, name) in excepted for k in column.stands_for):
+                    continue
+                mine = results.value("fedakd", column, name)
+                others = {m: v for m in methods if m != "fedakd" and (v := results.value(m, column, name)) is not None}
+                if mine is None or not others:
+                    continue
+                cells += 1
+                top = max(others, key=others.__getitem__)
+                if mine > others[top]:
+                    best += 1
+                else:
+                    misses.append(f"{column.label} {measure.label}: {d.label(top)} {_short(others[top])} ≥ "
+                                  f"{_short(mine)}")
+        return best, cells, misses
+
+    def claims(self, results: Results) -> list[Claim]:
+        """R5 (Table 1), R9 (Table 4), R8 (Table 3), R6 (Table 5) and §5.4's runtime claim, checked on ``results``
+        (ours, or the paper's printed tables). "Best" and "beats" are strict (>)."""
+        claims = [self._best_claim(results, table, "FedAKD is the best of the 11 methods in every "
+                                   f"{self.definition.tables[table].title} cell (Max, Avg and CF in every column; R5)",
+                                   TABLE1_METHODS) for table in ("table1", "table1_paper")]
+        claims += self._cf_claims(results)
+        claims += self._ablation_claims(results)
+        claims += self._time_claims(results)
+        claims.append(self._best_claim(results, "table5", "FedAKD has the best Max and CF in every Table-5 column, "
+                                       "except CIFAR-10 CLA Max (R6, D.6)", TABLE5_METHODS,
+                                       frozenset({("t5-cifar10-cla", "max")})))
+        claims.append(range_claim("FedAKD's time per round is above FedAvg's but comparable, at most 2× (§5.4, Fig. 3a)",
+                                  results.mean("fedakd", TIME_RATIO, "table1"), 1.0, 2.0))
+        return claims
+
+    def _best_claim(self, results: Results, table: str, text: str, methods: tuple[str, ...],
+                    excepted: frozenset[tuple[str, str]] = frozenset()) -> Claim:
+        best, cells, misses = self.best_cells(results, table, methods, excepted)
+        shown = "; ".join(misses[:4]) + (f"; … {len(misses) - 4} more" if len(misses) > 4 else "")
+        return Claim(text, None if not cells else best == cells,
+                     f"{best}/{cells}" + (f"; not best: {shown}" if misses else ""))
+
+    def _cf_claims(self, results: Results) -> list[Claim]:
+        """R5: the CF methods do not consistently beat FedAvg on CF; §8: FedAKD's CF beats FedAvg's in ≥ 8/10."""
+        acc, d = results.value, self.definition
+        columns = results.table("table1")
+
+        def pairs(method: str) -> list[tuple[float, float]]:
+            return [(a, b) for c in columns if (a := acc(method, c, "cf")) is not None
+                    and (b := acc("fedavg", c, "cf")) is not None]
+
+        measured = {m: p for m in CF_METHODS if (p := pairs(m))}
+        mine = pairs("fedakd")
+        return [
+            Claim("The CF methods (CFFL, CGSV, FedAVE, FedSAC) do not consistently beat FedAvg on CF under covariate "
+                  "shift: each has a Table-1 column where FedAvg's CF is at least its own (R5)",
+                  None if not measured else all(sum(a > b for a, b in p) < len(p) for p in measured.values()),
+                  ", ".join(f"{d.label(m)} beats FedAvg {sum(a > b for a, b in p)}/{len(p)}" for m, p in measured.items())
+                  or "—"),
+            Claim("FedAKD's CF beats FedAvg's in at least 8 of 10 Table-1 columns (§8)",
+                  None if not mine else sum(a > b for a, b in mine) >= 0.8 * len(mine),
+                  f"{sum(a > b for a, b in mine)}/{len(mine)}" if mine else "—"),
+        ]
+
+    def _ablation_claims(self, results: Results) -> list[Claim]:
+        """R9 on every Table-4 column: CF Full ≥ Correct-Agg > All-Data > Single-Dist; Single-Dist's Avg lowest."""
+        acc = results.value
+        columns = results.table("table4")
+        order_ok, order_n, low_ok, low_n = 0, 0, 0, 0
+        for column in columns:
+            cf = [acc(m, column, "cf") for m in ABLATION_ORDER]
+            if None not in cf:
+                order_n += 1
+                full, correct, all_data, single = cf  # type: ignore[misc]
+                order_ok += full >= correct > all_data > single
+            avg = {m: acc(m, column, "avg") for m in ABLATION_ORDER}
+            if None not in avg.values():
+                low_n += 1
+                low_ok += min(avg, key=lambda m: avg[m]) == "fedakd_single_dist"  # type: ignore[arg-type,return-value]
+        return [Claim("Table 4: CF orders Full ≥ Correct-Agg. > All-Data > Single-Dist (R9)",
+                      None if not order_n else order_ok == order_n, f"{order_ok}/{order_n}"),
+                Claim("Table 4: Single-Dist has the lowest Avg of the four (R9)",
+                      None if not low_n else low_ok == low_n, f"{low_ok}/{low_n}")]
+
+    def _time_claims(self, results: Results) -> list[Claim]:
+        """R8: under FedAKD's wall-clock budget FedAKD keeps the best CF, Max and Avg; §5.4 (FedAKD is the
+        slowest per round) means every other method completes at least FedAKD's rounds."""
+        acc = results.value
+        claims = [self._best_claim(results, "table3", "Table 3: under the same wall-clock time FedAKD keeps the best "
+                                   "CF, Max and Avg (R8)", tuple(m for m in TABLE1_METHODS if m != "standalone"))]
+        fewer, measured = [], 0
+        for column in results.table("table3"):
+            own = acc("fedakd", column, "rounds")
+            for method in TABLE1_METHODS[1:-1]:
+                rounds = acc(method, column, "rounds")
+                if own is None or rounds is None:
+                    continue
+                measured += 1
+                if rounds < own:
+                    fewer.append(f"{self.definition.label(method)} {rounds:.0f} < {own:.0f}")
+        claims.append(Claim("Table 3: every baseline completes at least FedAKD's rounds in FedAKD's time (FedAKD has "
+                            "the highest per-round time, §5.4)", None if not measured else not fewer,
+                            f"{measured - len(fewer)}/{measured}" + (f"; fewer: {', '.join(fewer)}" if fewer else "")))
+        return claims
+
+    def sections(self, suite: SuiteView, ours: Results) -> list[Section]:
+        """Table 2 (not reproducible, with its printed values) and Table 3's seconds per round and rounds."""
+        d = self.definition
+        table2 = d.tables["table2"]
+        sections = [Section(
+            "Table 2 (EHR): not reproducible",
+            "Table 2 is on TriNetX electronic health records of 50 US states (pancreatic-cancer prediction, "
+            "§2.8), which are private and were not released; neither was the EHR pipeline. It is printed here as "
+            "the paper reports it; Tables 3 and 4, also EHR in the paper, run on simulated analogues instead.",
+            ["method", *(m.label for m in table2.measures.values())],
+            [[d.label(m), *(_fmt(d.value(m, "ehr", k)) for k in table2.measures)] for m in d.methods
+             if d.value(m, "ehr", "max") is not None])]
+        timed = [c.setting for c in ours.table("table3")]
+        if timed:
+            sections.append(self._time_section(suite, timed))
+        if ours.columns and not ours.by_value:
+            datasets = sorted({suite.config(m, c.setting, 0, timed=False).dataset.name for c in ours.columns
+                               for m in suite.methods[:1]})
+            sections.insert(0, Section("What this profile tests", PROXY_NOTE, ["dataset of its columns"],
+                                       [[name] for name in datasets]))
+        return sections
+
+    def _time_section(self, suite: SuiteView, settings: list[str]) -> Section:
+        rows = []
+        for setting in dict.fromkeys(settings):
+            methods = [m for m in suite.methods if m in TABLE1_METHODS[1:] and suite.runs_on(m, setting)]
+            try:
+                seconds = suite.round_seconds(setting, methods)
+            except BenchError:
+                continue
+            for method in methods:
+                rounds = suite.config(method, setting, 0).training.rounds
+                printed = self.definition.value(method, "ehr-time", "rounds")
+                rows.append([setting, self.definition.label(method), f"{seconds[method]:.4f}",
+                             f"{seconds[method] / seconds['fedakd']:.2f}", str(rounds), _fmt(printed, 0)])
+        return Section(
+            "Table 3: the equal wall-clock budget",
+            "Each method's seconds per round, measured side by side on this machine (`bench suite time`, the "
+            "suite's timing file), and the rounds it therefore completes in FedAKD's 40 rounds, ⌊40·s_FedAKD/s⌋; "
+            "the runs train exactly that many rounds, so they are deterministic given the timing file. "
+            + TIME_SETTINGS_NOTE,
+            ["setting", "method", "s/round", "× FedAKD", "rounds (ours)", "rounds (paper)"], rows)
+
+
+def _fmt(value: float | None, digits: int = 2) -> str:
+    return "—" if value is None else f"{value:.{digits}f}"
+
+
+PAPER = FedAKD(PaperDefinition.load(Path(__file__).with_name("fedakd.yaml")))

@@ -1,0 +1,259 @@
+"""FedAKD's baselines (specs/fedakd.md §4): each reward mechanism and loss term by hand, each method's
+recorded reward checked against its formula on a tiny federation, and the flat-vector toolkit."""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+from bench.algorithms.cffl import download, reputation_update as cffl_reputation
+from bench.algorithms.cgsv import cosine_values, reputation_update as cgsv_reputation, reward_count
+from bench.algorithms.fedas import alignment_loss, class_prototypes, fisher_trace
+from bench.algorithms.fedave import download_fraction, reputation_update as fedave_reputation
+from bench.algorithms.feddc import correction_term, corrected_state, drift_penalty
+from bench.algorithms.fedmpr import magnitude_prune
+from bench.algorithms.fedsac import apply_mask, conv_filters, filter_importance, reputations, submodel_mask
+from bench.algorithms.pfedck import cluster_updates, mutual_losses
+from bench.engine.vectors import clip_norm, flatten, keep_fraction, keep_largest, unflatten
+from bench.suites.statistics import Records
+from tests.conftest import small_config
+
+# -- the toolkit ------------------------------------------------------------------------------------
+
+
+def test_keep_largest_keeps_ties_at_the_threshold_as_the_released_code() -> None:
+    v = torch.tensor([0.5, -3.0, 2.0, -2.0, 0.1])
+    assert keep_largest(v, 2).tolist() == [0.0, -3.0, 2.0, -2.0, 0.0]  # |2| ties with |-2|: both kept
+    assert keep_largest(v, 0).tolist() == [0.0] * 5 and torch.equal(keep_largest(v, 9), v)
+    assert keep_fraction(v, 0.5).tolist() == [0.0, -3.0, 2.0, -2.0, 0.0]  # int(5·0.5) = 2
+    assert clip_norm(torch.tensor([3.0, 4.0]), 1.0).tolist() == pytest.approx([0.6, 0.8])
+    assert clip_norm(torch.tensor([3.0, 4.0]), 10.0).tolist() == [3.0, 4.0]
+
+
+def test_flatten_and_unflatten_round_trip_with_dtypes() -> None:
+    state = {"a": torch.arange(6.0).reshape(2, 3), "n": torch.tensor(7), "b": torch.tensor([1.5])}
+    vector = flatten(state, ["a", "n", "b"])
+    assert vector.tolist() == [0, 1, 2, 3, 4, 5, 7, 1.5] and vector.dtype == torch.float32
+    back = unflatten(vector + 0.6, state, ["a", "n", "b"])
+    assert back["n"].dtype == torch.int64 and int(back["n"]) == 7  # truncated as load_state_dict does
+    assert back["a"].shape == (2, 3) and float(back["b"]) == pytest.approx(2.1)
+
+
+# -- CFFL ---------------------------------------------------------------------------------------------
+
+
+def test_cffl_reputation_by_hand() -> None:
+    """r = (¼ ¼ ¼ ¼), acc = (.6 .2 .2 0) (client 3 not scored): c = sinh(acc/1)/Σ, r ← ½r + ½c normalised; a
+    client under c_th = .2 leaves and the others are normalised again."""
+    rep = torch.full((4,), 0.25, dtype=torch.float64)
+    acc = torch.tensor([0.6, 0.2, 0.2, 0.0], dtype=torch.float64)
+    c = torch.sinh(acc / acc.sum())
+    c = c / (c.sum() + 1e-9)
+    expected = 0.5 * rep + 0.5 * c
+    expected = expected / (expected.sum() + 1e-9)
+    assert torch.allclose(cffl_reputation(rep, acc, 1.0, 0.0), expected / expected.sum())
+    pruned = cffl_reputation(rep, acc, 1.0, 0.2)
+    assert pruned[3] == 0 and pruned[1] > 0 and float(pruned.sum()) == pytest.approx(1.0)
+    assert float(expected[3]) < 0.2 < float(expected[1])
+
+
+def test_cffl_download_by_hand() -> None:
+    """Code: g_k = u − (n_k/max n)·u_k, all of it; paper: the others' share u − (n_k/Σn)·u_k, its top q_k part."""
+    aggregate, own = torch.tensor([1.0, -2.0, 0.5, 4.0]), torch.tensor([2.0, 0.0, 0.0, 4.0])
+    assert download(aggregate, own, 0.5, None).tolist() == [0.0, -2.0, 0.5, 2.0]
+    assert download(aggregate, own, 0.25, 0.5).tolist() == [0.0, -2.0, 0.0, 3.0]  # (.5 -2 .5 3): top 2
+
+
+# -- CGSV ---------------------------------------------------------------------------------------------
+
+
+def test_cgsv_values_reputation_and_reward_by_hand() -> None:
+    """ψ = max(0, cos(Δ_k, u)): (1,0)·(1,1)/√2 = 1/√2; (-1,0) → 0. r ← .9r + .1ψ normalised; client k gets
+    ⌊D·tanh(r_k)/max tanh⌋ entries: the most reputed all of them."""
+    values = cosine_values([torch.tensor([1.0, 0.0]), torch.tensor([-1.0, 0.0]), torch.tensor([0.0, 2.0])],
+                           torch.tensor([1.0, 1.0]))
+    assert values.tolist() == pytest.approx([1 / math.sqrt(2), 0.0, 1 / math.sqrt(2)], rel=1e-6)
+    rep = cgsv_reputation(torch.full((3,), 1 / 3, dtype=torch.float64), values, 0.9)
+    raw = 0.9 / 3 + 0.1 * values
+    assert rep.tolist() == pytest.approx((raw / raw.sum()).tolist())
+    counts = reward_count(rep, 1.0, 1000)
+    t = torch.tanh(rep)
+    assert counts == [int(1000 * float(v) / (float(t.max()) + 1e-9)) for v in t]
+    assert counts[0] == counts[2] == 999 and counts[1] < counts[0]  # ⌊1000·(1 − 1e-9·…)⌋; the misaligned gets less
+
+
+# -- FedAVE -------------------------------------------------------------------------------------------
+
+
+def test_fedave_reputation_and_download_fraction_by_hand() -> None:
+    rep = fedave_reputation(torch.tensor([0.5, 0.5], dtype=torch.float64), torch.tensor([0.8, 0.4],
+                                                                                        dtype=torch.float64), 0.9)
+    assert rep.tolist() == pytest.approx([0.53 / 1.02, 0.49 / 1.02])
+    assert download_fraction(0.0, 0.3, 1.0) == pytest.approx(0.3)
+    assert download_fraction(0.1, 0.3, 1.0) == pytest.approx(0.3 + 0.7 * math.tanh(0.1))
+    assert download_fraction(-5.0, 0.3, 1.0) == 0.0  # clipped to [0, 1]
+
+
+# -- FedSAC -------------------------------------------------------------------------------------------
+
+
+def test_fedsac_reputations_and_submodels_by_hand() -> None:
+    """r_k = 100·exp(2c_k)/max: c = (.9, .8) → (100, 100e^{-.2} = 81.87); the code keeps ⌊r⌋ filters of 96,
+    the paper ⌊r·N/100⌋; ties by filter order."""
+    r = reputations(torch.tensor([0.9, 0.8], dtype=torch.float64), 2.0)
+    assert r.tolist() == pytest.approx([100.0, 100 * math.exp(-0.2)])
+    importance = torch.tensor([1.0, 5.0, 5.0, 0.0, 3.0])
+    assert submodel_mask(60.0, importance, "share").tolist() == [False, True, True, False, True]  # ⌊3⌋ filters
+    assert submodel_mask(2.0, importance, "count").tolist() == [False, True, True, False, False]
+    assert submodel_mask(0.0, importance, "count").sum() == 1  # at least one filter
+
+
+def test_fedsac_filter_importance_and_masks_on_a_tiny_convnet() -> None:
+    """Zeroing a filter the classifier ignores costs nothing (importance 0); the others share 100."""
+    net = nn.Sequential(nn.Conv2d(1, 3, 1), nn.Flatten(), nn.Linear(3, 2))
+
+    class Wrapped(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.net = net
+
+        def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            return x, self.net(x)
+
+    model = Wrapped()
+    with torch.no_grad():
+        net[0].weight.copy_(torch.tensor([1.0, 2.0, 3.0]).view(3, 1, 1, 1))
+        net[0].bias.zero_()
+        net[2].weight.copy_(torch.tensor([[1.0, 0.0, 0.5], [-1.0, 0.0, -0.5]]))
+        net[2].bias.zero_()
+    filters = conv_filters(model)
+    assert filters == [("net.0.weight", "net.0.bias", i) for i in range(3)]
+    x = torch.ones(4, 1, 1, 1)
+    y = torch.zeros(4, dtype=torch.long)
+    scores = filter_importance(model, filters, x, y)
+    assert float(scores[1]) == 0.0 and float(scores.sum()) == pytest.approx(100.0)
+    assert torch.equal(net[0].weight.view(-1), torch.tensor([1.0, 2.0, 3.0]))  # restored
+    masked = apply_mask(model.state_dict(), filters, torch.tensor([True, False, True]))
+    assert masked["net.0.weight"].view(-1).tolist() == [1.0, 0.0, 3.0]
+
+
+# -- pFedCK, FedDC, FedAS, FedMPR ---------------------------------------------------------------------
+
+
+def test_pfedck_mutual_losses_and_clusters() -> None:
+    """L_P = CE(P) + λKD(P; I); L_I adds μ·MSE of the features; identical models distil nothing. Updates in
+    two directions fall in two clusters, relabelled by first appearance."""
+    h, z = torch.ones(2, 4), torch.zeros(2, 3)
+    y = torch.tensor([0, 1])
+    loss_p, loss_i = mutual_losses((h, z), (h + 1, z), y, 1.0, 2.0, 1.0)
+    assert float(loss_p) == pytest.approx(math.log(3), rel=1e-6)
+    assert float(loss_i) == pytest.approx(math.log(3) + 2.0 * 1.0, rel=1e-6)
+    updates = [torch.tensor([1.0, 0.0]), torch.tensor([0.0, 1.0]), torch.tensor([2.0, 0.1]), torch.tensor([0.1, 3.0])]
+    assert cluster_updates(updates, 2) == [0, 1, 0, 1]
+    assert cluster_updates(updates[:2], 3) == [0, 1]
+
+
+def test_feddc_terms_by_hand() -> None:
+    θ, h, w = [torch.tensor([1.0, 2.0])], [torch.tensor([0.5, 0.0])], [torch.tensor([1.0, 1.0])]
+    assert float(drift_penalty(θ, h, w)) == pytest.approx(0.25 + 1.0)  # ‖θ + h − w‖² = .5² + 1²
+    g, gk = [torch.tensor([1.0, -1.0])], [torch.tensor([0.0, 1.0])]
+    assert float(correction_term(θ, g, gk)) == pytest.approx(1.0 * 1.0 + 2.0 * -2.0)  # ⟨θ, g − g_k⟩
+    new = corrected_state(gk, g, [torch.tensor([0.2, -0.4])], steps=2, lr=0.1)
+    assert new[0].tolist() == pytest.approx([0.0 - 1.0 - 1.0, 1.0 + 1.0 + 2.0])  # g_k − g − Δ/(Kη)
+
+
+def test_fedas_prototypes_alignment_and_fisher_trace() -> None:
+    class Linear(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.classifier = nn.Linear(2, 2, bias=False)
+            with torch.no_grad():
+                self.classifier.weight.copy_(torch.eye(2))
+
+        def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            return x, self.classifier(x)
+
+    x = torch.tensor([[1.0, 0.0], [3.0, 0.0], [0.0, 2.0]])
+    y = torch.tensor([0, 0, 1])
+    protos = class_prototypes(Linear(), x, y, 3)
+    assert protos[:2].tolist() == [[2.0, 0.0], [0.0, 2.0]] and torch.isnan(protos[2]).all()
+    # batch class means (2, 0) and (0, 2) match exactly; shifting class 1's by (1, 1) costs MSE 1
+    assert float(alignment_loss(x, y, protos)) == 0.0
+    assert float(alignment_loss(x + torch.tensor([[0.0, 0.0], [0.0, 0.0], [1.0, 1.0]]), y, protos)) == 1.0
+    # FIM trace: one sample, logits = x = (1, 0), label 0: ∂NLL/∂W = (softmax − onehot) xᵀ
+    p = torch.softmax(torch.tensor([1.0, 0.0]), 0)
+    grad = torch.outer(p - torch.tensor([1.0, 0.0]), torch.tensor([1.0, 0.0]))
+    assert fisher_trace(Linear(), [(x[:1], y[:1])]) == pytest.approx(float((grad ** 2).sum()), rel=1e-6)
+
+
+def test_fedmpr_prunes_the_smallest_tenth_over_all_parameters() -> None:
+    net = nn.Linear(5, 2)  # 10 weights + 2 biases
+    with torch.no_grad():
+        net.weight.copy_(torch.arange(1.0, 11.0).view(2, 5))
+        net.bias.copy_(torch.tensor([0.05, -20.0]))
+    threshold = magnitude_prune(net, 0.1)
+    values = torch.cat([net.weight.view(-1), net.bias])
+    assert threshold == pytest.approx(float(torch.quantile(torch.tensor(
+        [0.05, 20.0, *range(1, 11)], dtype=torch.float32), 0.1)))
+    assert int((values == 0).sum()) == 2 and float(net.bias[0].detach()) == 0.0 and float(net.weight[0, 0].detach()) == 0.0
+
+
+# -- the recorded rewards on a tiny federation ----------------------------------------------------------
+
+
+def tiny_run(data_dir: Path, name: str, tmp_path: Path, model: str = "mlp", **params: object) -> Records:
+    from bench.runner.executor import RunRequest, run_experiment
+
+    cfg = small_config(algorithm={"name": name, **params}, training={"rounds": 2, "optimizer": {"name": "adam",
+                                                                                                  "lr": 0.003}},
+                       partition={"num_clients": 4, "local_test_fraction": 0.2, "validation_fraction": 0.1},
+                       model={"name": model})
+    out = tmp_path / f"{name}-{len(list(tmp_path.iterdir()))}"
+    run_experiment(RunRequest(cfg, out, data_dir))
+    return Records.from_csv((out / "records.csv").read_text(), name)
+
+
+def test_the_recorded_reward_is_each_methods_formula_of_its_recorded_reputation(data_dir: Path, tmp_path: Path) -> None:
+    """Every round, per client: CGSV's share = ⌊D·tanh(r)/max tanh⌋/D; FedAVE's = .3 + .7·tanh(r); CFFL (paper)
+    q = r/max r; FedSAC's submodel share follows its reputation (⌊r·96/100⌋ of the filters from the
+    allocation round on); reputations sum to 1 where they are a distribution."""
+    for name, params in (("cgsv", {}), ("cgsv", {"mode": "code"}), ("fedave", {}), ("cffl", {})):
+        records = tiny_run(data_dir, name, tmp_path, **params)
+        for round_ in (1, 2):
+            rep = torch.tensor(list(records.clients("reputation", round_).values()), dtype=torch.float64)
+            share = list(records.clients("reward_share", round_).values())
+            assert float(rep.sum()) == pytest.approx(1.0)
+            if name == "cgsv":  # ⌊D·tanh(r)/max tanh⌋/D: within 1/D of the ratio
+                t = torch.tanh(rep)
+                assert share == pytest.approx([float(v / (t.max() + 1e-9)) for v in t], abs=1e-4)
+            elif name == "fedave":
+                assert share == pytest.approx([0.3 + 0.7 * math.tanh(float(r)) for r in rep])
+            else:
+                assert share == pytest.approx([float(r / rep.max()) for r in rep])
+    sac = tiny_run(data_dir, "fedsac", tmp_path, model="cnn", contribution_epochs=2, allocation_round=2)
+    contribution = torch.tensor(list(sac.clients("contribution", 2).values()), dtype=torch.float64)
+    assert list(sac.clients("reputation", 2).values()) == pytest.approx(reputations(contribution, 2.0).tolist())
+    assert set(sac.clients("submodel_share", 1).values()) == {1.0}  # before the allocation: the full model
+    for r, share in zip(sac.clients("reputation", 2).values(), sac.clients("submodel_share", 2).values()):
+        assert share == pytest.approx(max(1, int(r * 48 / 100)) / 48)  # the cnn's 16 + 32 filters
+
+
+def test_fedsac_contribution_is_the_standalone_runs_accuracy_bit_for_bit(data_dir: Path, tmp_path: Path) -> None:
+    """FedSAC measures c_k as Standalone trains: with Standalone's protocol (persistent optimiser, lr factor,
+    epochs = Standalone's rounds) the two are the same numbers."""
+    from bench.runner.executor import RunRequest, run_experiment
+
+    common = {"partition": {"num_clients": 3, "local_test_fraction": 0.2}, "model": {"name": "cnn"}}
+    alone = small_config(algorithm={"name": "standalone"}, training={"rounds": 3, "optimizer": {
+        "name": "adam", "lr": 0.0005, "persistent": True}}, **common)
+    sac = small_config(algorithm={"name": "fedsac", "mode": "code", "contribution_epochs": 3,
+                                  "contribution_lr_factor": 0.1},
+                       training={"rounds": 1, "optimizer": {"name": "adam", "lr": 0.005}}, **common)
+    run_experiment(RunRequest(alone, tmp_path / "alone", data_dir))
+    run_experiment(RunRequest(sac, tmp_path / "sac", data_dir))
+    standalone = Records.from_csv((tmp_path / "alone" / "records.csv").read_text(), "alone").clients("local_acc", 3)
+    contribution = Records.from_csv((tmp_path / "sac" / "records.csv").read_text(), "sac").clients("contribution", 1)
+    assert list(contribution.values()) == list(standalone.values())
