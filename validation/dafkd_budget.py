@@ -13,13 +13,15 @@ evaluations, each priced two ways:
   cost`` assumes);
 * the spec's per-step milliseconds for an A100/H100 at batch 32, where small ResNets are launch-bound
   (§6: CE step 2.5 ms, FedProx 2.8, FedGen client step 3.5, DaFKD client iteration 8, KD or server step 2.5;
-  an evaluation forward batch of 1,024 at 2.5 ms, an assumption of this script).
+  an evaluation forward batch of 1,024 at 2.5 ms and FedFTG's and FedDF's teachers at a server step each per
+  batch, assumptions of this script).
 
 What each step runs (passes per sample, F = the classifier's forward, G the generator's, D the separate
 discriminator's): CE step 3F; DaFKD iteration 9F + 4G (real and fake through φ with backward, G's samples,
 then G trained through φ and h_d); no-sharing 3F + 9D + 4G; KD step 3F; DaFKD's teachers K_t·F per
-distillation sample; FedFTG per iteration K_t·(3G + 6F) + K_t·F + 5·3F; evaluation F per test image per
-model (DaFKD: the global model, ŵ and two ensembles of K_t client models).
+distillation sample; FedFTG per iteration K_t·(3G + 6F) + K_t·F + 5·3F; FedDF per public sample of each
+distillation step K_t·F + 3F (the teacher is the mean of the round's K_t client models' logits); evaluation F
+per test image per model (DaFKD: the global model, ŵ and two ensembles of K_t client models).
 """
 from __future__ import annotations
 
@@ -88,6 +90,9 @@ def run_budget(suite: Suite, method: str, setting: str) -> tuple[float, float]:
         per_iteration = k_t * (3 * g + 6 * f) + k_t * f + p["student_steps"] * 3 * f + g
         server = p["iterations"] * per_iteration * (p["batch_size"] or b)
         server_steps = p["iterations"] * (k_t + p["student_steps"])
+    elif algorithm == "feddf":
+        server = p["distill_steps"] * (p["distill_batch_size"] or b) * (k_t * f + 3 * f)
+        server_steps = p["distill_steps"] * (k_t + 1)
     flops = iterations * b * step + t.rounds * server + evals * eval_models * f
     kind = {"dafkd": "dafkd", "fedprox": "fedprox", "fedgen": "fedgen"}.get(algorithm, "ce")
     ms = (iterations * MS[kind] + t.rounds * server_steps * MS["server"]
@@ -117,8 +122,8 @@ def main() -> None:
         for method, runs, flops, ms in rows:
             print(f"| {method} | {runs} | {flops / 1e15:.1f} | {flops / (args.tflops * 1e12) / 3600:.1f} | "
                   f"{ms / 3.6e6:.1f} |")
-        print(f"| total | | {total_flops / 1e15:.1f} | {total_flops / (args.tflops * 1e12) / 3600:.0f} | "
-              f"{total_ms / 3.6e6:.0f} |")
+        print(f"| total | {sum(row[1] for row in rows)} | {total_flops / 1e15:.1f} | "
+              f"{total_flops / (args.tflops * 1e12) / 3600:.0f} | {total_ms / 3.6e6:.0f} |")
         print("\nGPU-h (spec ms) per dataset: " + ", ".join(f"{g} {v / 3.6e6:.0f}" for g, v in groups.items()))
 
 
