@@ -42,3 +42,13 @@ def test_cost_command_refuses_a_nonpositive_throughput(capsys: pytest.CaptureFix
     assert main(["suite", "cost", "--params", str(PARAMS), *sum((["-S", o] for o in OVERRIDES), []),
                  "--tflops", "0"]) == 2
     assert capsys.readouterr().err.strip() == "error: --tflops 0: the assumed throughput must be positive"
+
+
+def test_a_method_that_runs_on_none_of_the_settings_has_no_row() -> None:
+    """A profile may keep a method whose columns it drops (FedAL's paper_rounds: SVHN only, FedAvg runs on
+    the homogeneous columns): the table has rows for the methods that run, and still a total."""
+    suite = load_suite(PARAMS, overrides=[*OVERRIDES, "profiles.smoke.settings={m5: {partition: {num_clients: 5, "
+                                                      "part: 0.25}, methods: [fedavg, fedmd]}}"])
+    table = cost_table(suite, 2.0)
+    rows = [line.split("|")[1].strip() for line in table.splitlines() if line.startswith("| ")][1:]
+    assert rows == ["fedavg", "fedmd", "total"]

@@ -201,6 +201,8 @@ def cost_table(suite: Suite, tflops: float | None = None, data_dir: Path | None 
     base_train = sum(c.train_flops_per_image * c.train_images for c in base)
     for method in suite.params.methods:
         mine = [c for c in costs if c.method == method]
+        if not mine:  # the method runs on none of the suite's settings (e.g. a profile's subset of columns)
+            continue
         flops = sum(c.flops for c in mine) * seeds
         total += flops
         train = sum(c.train_flops_per_image * c.train_images for c in mine)
