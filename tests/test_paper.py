@@ -14,7 +14,7 @@ from pydantic import ValidationError
 from bench.cli import main
 from bench.errors import BenchError
 from bench.suites import PAPERS, load_suite
-from bench.suites.paper import Claim, Paper, PaperDefinition, Results
+from bench.suites.paper import Claim, Paper, PaperDefinition, Results, pairs_claim
 from tests.fabricated import fabricate_run
 
 DEFINITION = """
@@ -254,3 +254,13 @@ def test_acceptance_band_definition_errors() -> None:
     raw["acceptance"] = {"source": "x", "measures": ["max"], "within": 3, "tight": 5}
     with pytest.raises(ValidationError, match=r"tight \(5.0\) is wider than within \(3.0\)"):
         PaperDefinition.model_validate(raw)
+
+
+def test_a_tie_to_float_rounding_is_no_win() -> None:
+    """FedAL's proxy ablation: FedAL and FedMD-LF have the same mean accuracy over seeds, computed from other
+    per-seed values, so the two floats differ in their last bit; "FedAL > FedMD-LF" must not hold on that."""
+    fedal = (0.9577777777777778 + 0.9658333333333333 + 0.9494444444444444) / 3
+    fedmd_lf = (0.9569444444444444 + 0.966388888888889 + 0.9497222222222221) / 3
+    assert fedal > fedmd_lf  # by float rounding only
+    assert pairs_claim("FedAL > FedMD-LF", [(fedal, fedmd_lf)], "all").holds is False
+    assert pairs_claim("FedAL > FedMD-LF", [(fedal + 1e-4, fedmd_lf)], "all").holds is True
