@@ -145,6 +145,7 @@ def test_smoke_profile_dvc_repro_pin_compare(tmp_path: Path) -> None:
                     "## Table 2 (EHR): not reproducible", "## Table 3: the equal wall-clock budget", "## The paper's claims"):
         assert heading in paper, heading
     assert "| FedAKD (code mode) |" in paper and "| FedAKD (Single-Dist) |" in paper
+    assert "in FedAKD's 3 rounds, ⌊3·s_FedAKD/s⌋" in paper  # the profile's budget, not the paper's 40
     figures = {p.name for p in (report / "figures").iterdir()}
     assert {"fedakd_partition_sanity.png", "fedakd_fig1_contributions.png", "fedakd_fig2_correct_incorrect.png",
             "fedakd_fig3_runtime_loss.png", "fedakd_fig4_kl_approximation.png"} <= figures
