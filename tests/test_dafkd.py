@@ -217,6 +217,21 @@ def test_a_round_logs_the_diagnostics() -> None:
     assert 0 < curves[1]["alpha_entropy"] <= LN(3) + 1e-6
 
 
+def test_averaged_running_statistics_survive_distillation_and_the_parameters_stay_distilled() -> None:
+    """``student_bn_stats: averaged``: after distillation the global model's BatchNorm buffers are ŵ's; its
+    parameters are the distilled ones, the same as by default (which leaves the buffers as the student's
+    train-mode forwards on D̂^g moved them, §1.7.12, A11)."""
+    default, kept = (run_federation(dafkd_config(rounds=2, **extra)).state.server for extra in
+                     ({}, {"student_bn_stats": "averaged"}))
+    buffers = dict(kept.model.named_buffers())
+    assert buffers and all(torch.equal(v, kept.state.averaged[k]) for k, v in buffers.items())
+    assert not all(torch.equal(v, default.state.averaged[k]) for k, v in default.model.named_buffers())
+    for (name, moved), (_, distilled) in zip(kept.model.named_parameters(), default.model.named_parameters()):
+        assert torch.equal(moved, distilled), name
+    assert not all(torch.equal(p, kept.state.averaged[k]) for k, p in kept.model.named_parameters()
+                   if not k.startswith(HEAD))
+
+
 @pytest.mark.parametrize("algorithm", [{"sharing": "separate"}, {"mode": "code"}, {"generator": "cond"},
                                        {"name": "fedftg", "iterations": 2}],
                          ids=["no-sharing", "code", "cond-generator", "fedftg"])

@@ -29,7 +29,11 @@ discriminator D_k (``dafkd_discriminator``, the official ``model/gan.py``; persi
 in full, common initial weights) plays Eqs. 2-3 against G_k and gives α̂. Other readings, each a
 parameter: the conditional generator G-cond fed a random label (``generator: cond``, A6), the literal
 saturating Eq. 3 (``gen_loss: saturating``, A7), distillation without the first-round skip
-(``skip_first_distill: false``). E counts epochs or steps as the run's ``training`` section says (A1).
+(``skip_first_distill: false``), ŵ's averaged BatchNorm running statistics kept through distillation
+(``student_bn_stats: averaged``; by default, as in §1.7.12, A11 and [C], the student's train-mode forwards on
+D̂^g overwrite them — on the digits proxy, whose generated samples are far from the data, that alone costs the
+distilled model more than its updates gain, see pipelines/dafkd/README.md). E counts epochs or steps as the
+run's ``training`` section says (A1).
 
 ``mode: code`` switches to the released code's behaviour (§1.7); an explicitly given switch wins:
 
@@ -135,6 +139,9 @@ class DaFKDParams(AveragingParams):
     distill_schedule: Literal["constant", "plateau"] = "constant"
     local_schedule: Literal["constant", "plateau"] = "constant"
     server_bn: Literal["eval", "train"] = "eval"
+    student_bn_stats: Literal["distilled", "averaged"] = Field(
+        "distilled", description="the student's BatchNorm running statistics after distillation: as its train-mode "
+                                 "forwards on D̂^g left them (§1.7.12, A11, [C]), or ŵ's averaged ones restored")
 
     @model_validator(mode="before")
     @classmethod
@@ -459,6 +466,9 @@ class DaFKD(ParameterAveraging[DaFKDClient, DaFKDServer]):
         self.round_metrics["alpha_max"] = float(alpha.max(0).values.mean())
         teacher = ensemble_teacher(logits, alpha, p.temperature, p.teacher)
         self.round_metrics["kd_loss"] = self.distil(round_index, server.model, samples, teacher)
+        if p.student_bn_stats == "averaged":  # ŵ's running statistics back; the distilled parameters stay
+            averaged = server.state.averaged
+            load_state(server.model, {name: averaged[name] for name, _ in server.model.named_buffers()}, strict=False)
 
     def distillation_set(self, round_index: int, generator: nn.Module) -> torch.Tensor:
         """D̂^g: ``distill_batches`` batches of generated samples, fresh noise every round, G in train mode (A11)."""
