@@ -1,5 +1,8 @@
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -31,3 +34,11 @@ def small_config(**sections: Any) -> ExperimentConfig:
     for key, value in sections.items():
         raw[key] = {**raw.get(key, {}), **value} if isinstance(value, dict) else value
     return build_config(raw)
+
+
+def run_dvc(project: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """``dvc ARGS`` in ``project`` with this environment's interpreter (and its ``bench`` on PATH), offline."""
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+           "DVC_NO_ANALYTICS": "1"}
+    return subprocess.run([sys.executable, "-m", "dvc", *args], cwd=project, env=env, capture_output=True,
+                          text=True, timeout=1800)

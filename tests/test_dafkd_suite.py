@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import shutil
 import subprocess
 import sys
@@ -16,6 +15,7 @@ import yaml
 from bench.algorithms.fedgen import FedGenParams
 from bench.suites import PAPERS, load_suite
 from bench.suites.dafkd import SENSITIVITY
+from tests.conftest import run_dvc
 
 ROOT = Path(__file__).resolve().parents[1]
 PARAMS = ROOT / "pipelines" / "dafkd" / "params.yaml"
@@ -104,12 +104,6 @@ def test_fedgens_new_parameter_stays_out_of_pinned_configs() -> None:
     assert FedGenParams(generator="embed").model_dump(mode="json")["generator"] == "embed"
 
 
-def _dvc(project: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
-           "DVC_NO_ANALYTICS": "1"}
-    return subprocess.run([sys.executable, "-m", "dvc", *args], cwd=project, env=env, capture_output=True,
-                          text=True, timeout=900)
-
 
 def test_smoke_profile_dvc_repro_end_to_end(tmp_path: Path) -> None:
     """pipelines/dafkd/dvc.yaml at the smoke profile in a scratch copy of the project: partitions, every method,
@@ -123,10 +117,10 @@ def test_smoke_profile_dvc_repro_end_to_end(tmp_path: Path) -> None:
     params["profile"] = "smoke"
     params["profiles"]["smoke"]["suite"]["base"]["tracking"] = {"mlflow": False}
     (pipeline / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
-    assert _dvc(project, "init", "--no-scm", "-q").returncode == 0
+    assert run_dvc(project, "init", "--no-scm", "-q").returncode == 0
     shutil.copytree(ROOT / ".dvc" / "plots", project / ".dvc" / "plots")
 
-    first = _dvc(project, "repro", "pipelines/dafkd/dvc.yaml:report")
+    first = run_dvc(project, "repro", "pipelines/dafkd/dvc.yaml:report")
     assert first.returncode == 0, first.stderr[-3000:]
     report = pipeline / "reports" / "dafkd-smoke"
     paper = (report / "paper.md").read_text()
@@ -146,6 +140,6 @@ def test_smoke_profile_dvc_repro_end_to_end(tmp_path: Path) -> None:
     pinned = json.loads((pipeline / "reports" / "pinned" / "dafkd-smoke.json").read_text())
     assert pinned["values"]["dafkd"]["a0.1"]["seeds"]["0"]["values"]["reach0.85_global_acc"] == "Infinity"
     assert set(pinned["values"]["dafkd_e5"]) == {"a0.1"}  # a variant runs on its one setting only
-    final = _dvc(project, "repro", "pipelines/dafkd/dvc.yaml")
+    final = run_dvc(project, "repro", "pipelines/dafkd/dvc.yaml")
     assert final.returncode == 0, final.stderr[-3000:]
     assert "0 DRIFT, 0 MISSING" in (report / "drift.md").read_text()

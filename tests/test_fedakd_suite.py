@@ -3,7 +3,6 @@ own tables (including the one its Table 3 contradicts), and the pipeline end to 
 `dvc repro`, `bench pin` and `bench compare`."""
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import sys
@@ -14,6 +13,7 @@ import yaml
 
 from bench.suites import fedakd, load_suite
 from bench.suites.paper import Results
+from tests.conftest import run_dvc
 
 ROOT = Path(__file__).resolve().parents[1]
 PARAMS = ROOT / "pipelines" / "fedakd" / "params.yaml"
@@ -110,12 +110,6 @@ def test_paper_and_code_profiles_follow_their_protocols() -> None:
     assert t5.evaluation.clients_on_global_test and t5.partition.scheme_params["alpha"] == 2.0
 
 
-def _dvc(project: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
-           "DVC_NO_ANALYTICS": "1"}
-    return subprocess.run([sys.executable, "-m", "dvc", *args], cwd=project, env=env, capture_output=True,
-                          text=True, timeout=1800)
-
 
 def test_smoke_profile_dvc_repro_pin_compare(tmp_path: Path) -> None:
     """The pipeline's dvc.yaml at smoke scale in a scratch copy of the project: the timing file measured by
@@ -132,11 +126,11 @@ def test_smoke_profile_dvc_repro_pin_compare(tmp_path: Path) -> None:
     params["profile"] = "smoke"
     params["profiles"]["smoke"]["suite"]["base"]["tracking"] = {"mlflow": False}
     (folder / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
-    assert _dvc(project, "init", "--no-scm", "-q").returncode == 0
+    assert run_dvc(project, "init", "--no-scm", "-q").returncode == 0
     shutil.copytree(ROOT / ".dvc" / "plots", project / ".dvc" / "plots")
     common = ["--params", str(folder / "params.yaml"), "--data-dir", str(project / "data")]
     assert main(["suite", "time", *common, "--rounds", "3", "--repeats", "1"]) == 0
-    repro = _dvc(project, "repro", "pipelines/fedakd/dvc.yaml:report")
+    repro = run_dvc(project, "repro", "pipelines/fedakd/dvc.yaml:report")
     assert repro.returncode == 0, repro.stderr[-3000:]
     report = folder / "reports" / "fedakd-smoke"
     paper = (report / "paper.md").read_text()
@@ -154,6 +148,6 @@ def test_smoke_profile_dvc_repro_pin_compare(tmp_path: Path) -> None:
     pin = subprocess.run([sys.executable, "-m", "bench.cli", "pin", "--params", "params.yaml"], cwd=folder,
                          capture_output=True, text=True)
     assert pin.returncode == 0, pin.stderr
-    compare = _dvc(project, "repro", "pipelines/fedakd/dvc.yaml")
+    compare = run_dvc(project, "repro", "pipelines/fedakd/dvc.yaml")
     assert compare.returncode == 0, compare.stderr[-3000:]
     assert "0 CHANGED, 0 DRIFT, 0 MISSING" in (report / "drift.md").read_text()

@@ -14,7 +14,7 @@ import yaml
 
 from bench.suites import fedal, load_suite
 from bench.suites.paper import Results
-from tests.test_pipeline import _dvc
+from tests.conftest import run_dvc
 
 ROOT = Path(__file__).resolve().parents[1]
 PARAMS = ROOT / "pipelines" / "fedal" / "params.yaml"
@@ -142,7 +142,7 @@ def test_paper_profile_follows_the_protocol() -> None:
     assert rounds.training.rounds == 5000  # A11's alternative: an iteration is a round
 
 
-def test_smoke_profile_end_to_end_with_dvc(tmp_path: Path) -> None:
+def test_smoke_profile_end_to_end_withrun_dvc(tmp_path: Path) -> None:
     """`dvc repro` of pipelines/fedal/dvc.yaml at the smoke profile in a scratch project: partitions, the Fig. 4
     bubbles, every method, the paper report with its figures; then pin, and the compare stage passes."""
     project = tmp_path / "project"
@@ -153,10 +153,10 @@ def test_smoke_profile_end_to_end_with_dvc(tmp_path: Path) -> None:
     params["profile"] = "smoke"
     params["profiles"]["smoke"]["suite"]["base"]["tracking"] = {"mlflow": False}
     (project / "pipelines" / "fedal" / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
-    assert _dvc(project, "init", "--no-scm", "-q").returncode == 0
+    assert run_dvc(project, "init", "--no-scm", "-q").returncode == 0
     shutil.copytree(ROOT / ".dvc" / "plots", project / ".dvc" / "plots")
 
-    done = _dvc(project, "repro", "pipelines/fedal/dvc.yaml:report", "pipelines/fedal/dvc.yaml:figures")
+    done = run_dvc(project, "repro", "pipelines/fedal/dvc.yaml:report", "pipelines/fedal/dvc.yaml:figures")
     assert done.returncode == 0, done.stderr[-3000:]
     folder = project / "pipelines" / "fedal"
     report = folder / "reports" / "fedal-smoke"
@@ -177,7 +177,7 @@ def test_smoke_profile_end_to_end_with_dvc(tmp_path: Path) -> None:
     assert pin.returncode == 0, pin.stderr
     pinned = json.loads((folder / "reports" / "pinned" / "fedal-smoke.json").read_text())
     assert set(pinned["values"]["fedavg"]) == {"hom-a2"}  # only where it runs
-    compared = _dvc(project, "repro", "pipelines/fedal/dvc.yaml")
+    compared = run_dvc(project, "repro", "pipelines/fedal/dvc.yaml")
     assert compared.returncode == 0, compared.stderr[-3000:]
     assert "0 CHANGED, 0 DRIFT, 0 MISSING" in (report / "drift.md").read_text()
 

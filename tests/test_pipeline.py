@@ -12,14 +12,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.conftest import run_dvc
+
 ROOT = Path(__file__).resolve().parents[1]
 
-
-def _dvc(project: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
-           "DVC_NO_ANALYTICS": "1"}
-    return subprocess.run([sys.executable, "-m", "dvc", *args], cwd=project, env=env, capture_output=True,
-                          text=True, timeout=900)
 
 
 def _scratch_project(folder: Path, seeds: list[int], rounds: int, settings: list[str],
@@ -34,7 +30,7 @@ def _scratch_project(folder: Path, seeds: list[int], rounds: int, settings: list
     if methods is not None:
         params["methods"] = {k: params["methods"][k] for k in methods}
     (folder / "params.yaml").write_text(yaml.safe_dump(params))
-    assert _dvc(folder, "init", "--no-scm", "-q").returncode == 0
+    assert run_dvc(folder, "init", "--no-scm", "-q").returncode == 0
     shutil.copytree(ROOT / ".dvc" / "plots", folder / ".dvc" / "plots")  # the plot template dvc.yaml names
     return folder
 
@@ -48,12 +44,12 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_dvc_repro_report_pin_compare(project: Path) -> None:
     methods = list(yaml.safe_load((project / "params.yaml").read_text())["methods"])
 
-    first = _dvc(project, "repro", "report")
+    first = run_dvc(project, "repro", "report")
     assert first.returncode == 0, first.stderr[-3000:]
     summary = (project / "reports" / "default" / "summary.md").read_text()
     assert all(f"| {m} |" in summary for m in methods)
     # `dvc metrics show`: one row per setting and method, with final and last-5 accuracy only
-    shown = _dvc(project, "metrics", "show", "--json")
+    shown = run_dvc(project, "metrics", "show", "--json")
     assert shown.returncode == 0, shown.stderr
     files = json.loads(shown.stdout)[""]["data"]
     assert not any("error" in f for f in files.values())
@@ -65,7 +61,7 @@ def test_dvc_repro_report_pin_compare(project: Path) -> None:
 
     pin = subprocess.run([sys.executable, "-m", "bench.cli", "pin"], cwd=project, capture_output=True, text=True)
     assert pin.returncode == 0, pin.stderr
-    passing = _dvc(project, "repro")
+    passing = run_dvc(project, "repro")
     assert passing.returncode == 0, passing.stderr[-3000:]
     drift_table = (project / "reports" / "default" / "drift.md").read_text()
     assert "0 CHANGED, 0 DRIFT, 0 MISSING" in drift_table
@@ -74,16 +70,16 @@ def test_dvc_repro_report_pin_compare(project: Path) -> None:
     assert "0 DRIFT, 0 MISSING, 0 not pinned (full table: reports/default/drift.md)" in passing.stdout
     assert not any(line.split()[:3] == ["fedavg", "iid", "0"] for line in passing.stdout.splitlines())
 
-    again = _dvc(project, "repro")
+    again = run_dvc(project, "repro")
     assert again.returncode == 0 and "Data and pipelines are up to date" in again.stdout
-    status = _dvc(project, "status", "dvc.yaml")  # what the README tells to check
+    status = run_dvc(project, "status", "dvc.yaml")  # what the README tells to check
     assert status.returncode == 0 and "Data and pipelines are up to date" in status.stdout, status.stdout
 
     pinned_path = project / "reports" / "pinned" / "default.json"
     pinned = json.loads(pinned_path.read_text())
     pinned["values"]["fedavg"]["iid"]["seeds"]["0"]["values"]["final_global_acc"] += 0.001
     pinned_path.write_text(json.dumps(pinned))
-    failing = _dvc(project, "repro")
+    failing = run_dvc(project, "repro")
     assert failing.returncode != 0
     drift = (project / "reports" / "default" / "drift.md").read_text()
     assert "DRIFT" in drift and "fedavg" in drift and "final_global_acc" in drift
@@ -98,7 +94,7 @@ def test_a_changed_config_fails_until_pinned(project: Path) -> None:
     params = yaml.safe_load((project / "params.yaml").read_text())
     params["methods"]["fedprox"]["mu"] *= 10
     (project / "params.yaml").write_text(yaml.safe_dump(params))
-    changed = _dvc(project, "repro")
+    changed = run_dvc(project, "repro")
     assert changed.returncode != 0
     # fedprox: 2 settings x (1 seed + the mean) x 4 values
     assert ", 16 CHANGED, 0 DRIFT, 0 MISSING, 0 not pinned (full table: reports/default/drift.md)" in changed.stdout
@@ -106,7 +102,7 @@ def test_a_changed_config_fails_until_pinned(project: Path) -> None:
     assert "re-pin with `bench pin`" in changed.stdout
     pin = subprocess.run([sys.executable, "-m", "bench.cli", "pin"], cwd=project, capture_output=True, text=True)
     assert pin.returncode == 0, pin.stderr
-    again = _dvc(project, "repro")
+    again = run_dvc(project, "repro")
     assert again.returncode == 0, again.stdout[-3000:]
 
 
@@ -114,9 +110,9 @@ def test_dvc_plots_draw_every_method(project: Path, tmp_path: Path) -> None:
     """`dvc plots show` writes one Vega-Lite plot per setting whose data hold every method's curve for
     every metric it has, coloured by method (checked in the HTML's specs; no browser needed)."""
     methods = list(yaml.safe_load((project / "params.yaml").read_text())["methods"])
-    assert _dvc(project, "repro", "report").returncode == 0
+    assert run_dvc(project, "repro", "report").returncode == 0
     html = tmp_path / "dvc_plots"
-    shown = _dvc(project, "plots", "show", "-o", str(html))
+    shown = run_dvc(project, "plots", "show", "-o", str(html))
     assert shown.returncode == 0 and "failed" not in shown.stderr.lower(), shown.stderr
     page = (html / "index.html").read_text()
     specs = [json.loads(match) for match in re.findall(r"var spec = (\{.*?\});\n", page, flags=re.DOTALL)]
@@ -148,10 +144,10 @@ def test_a_stage_killed_mid_run_resumes_with_dvc_repro(small_project: Path) -> N
     import signal
     import time
 
-    assert _dvc(small_project, "repro", "report").returncode == 0
+    assert run_dvc(small_project, "repro", "report").returncode == 0
     pin = subprocess.run([sys.executable, "-m", "bench.cli", "pin"], cwd=small_project, capture_output=True, text=True)
     assert pin.returncode == 0, pin.stderr
-    assert _dvc(small_project, "repro").returncode == 0
+    assert run_dvc(small_project, "repro").returncode == 0
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
            "DVC_NO_ANALYTICS": "1"}
     proc = subprocess.Popen([sys.executable, "-m", "dvc", "repro", "-f", "-s", "train@fedavg"], cwd=small_project,
@@ -163,7 +159,7 @@ def test_a_stage_killed_mid_run_resumes_with_dvc_repro(small_project: Path) -> N
     assert proc.poll() is None, "the stage finished before it could be killed"
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
-    resumed = _dvc(small_project, "repro")
+    resumed = run_dvc(small_project, "repro")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     timings = [json.loads(p.read_text()) for p in results.glob("seed*/timing.json")]
     assert any("resumed_from_round" in t for t in timings)
