@@ -76,6 +76,29 @@ def test_a_ray_task_whose_worker_dies_is_retried_and_resumes_to_the_same_result(
     assert not (tmp_path / "ray" / "checkpoint.pt").exists()
 
 
+@pytest.mark.slow
+def test_ray_round_reports_never_wait_and_a_lost_one_never_fails_the_run() -> None:
+    """Workers send round reports without waiting and wait for them once, at the end of the run: the driver
+    then holds them all; when the driver's inbox is gone, that wait passes (progress is lost, not the run)."""
+    import ray
+
+    from bench.runner.ray_executor import _RoundInbox, _RoundReporter
+
+    ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
+    try:
+        inbox = ray.remote(num_cpus=0)(_RoundInbox).remote()
+        reporter = _RoundReporter(inbox)
+        for item in [(0, 1), (0, 2), (1, 1)]:
+            reporter.put(item)
+        reporter.flush()
+        assert ray.get(inbox.take.remote()) == [(0, 1), (0, 2), (1, 1)] and reporter.sent == []
+        ray.kill(inbox)
+        reporter.put((0, 3))
+        reporter.flush()
+    finally:
+        ray.shutdown()
+
+
 def test_an_unreachable_ray_cluster_is_one_clear_error(data_dir: Path, tmp_path: Path) -> None:
     with pytest.raises(BenchError, match=r"cannot start Ray on 127\.0\.0\.1:1: .*--executor processes"):
         run_many(_requests(tmp_path, data_dir)[:1], Executor("ray", 1, ray_address="127.0.0.1:1"))
