@@ -6,7 +6,7 @@ per run.
   executor — ``serial``, ``processes`` and ``ray`` (a local cluster started for the command), both of
   the latter with ``--jobs 2`` — each into its own root, timed from process start to exit. Then every
   run's ``metrics.json`` is compared across the three: they must be byte-identical.
-  ``BENCH_SUITE_METHODS=fedavg,fedmd`` limits the methods (default: all; ~1 h in all on 2 cores).
+  ``BENCH_SUITE_METHODS=fedavg,fedmd`` limits the methods (default: all; the three took 16 min here).
 * ``test_what_a_ray_worker_adds_per_run``: the default suite's 12 FedAvg runs (MLflow off, so only the
   executor differs), in this process, paired repetitions in alternating order of: a process pool of 2
   (spawned for the call, as ``processes`` does), a local Ray cluster of 2 CPUs started and shut down for

@@ -104,7 +104,6 @@ def test_fedgens_new_parameter_stays_out_of_pinned_configs() -> None:
     assert FedGenParams(generator="embed").model_dump(mode="json")["generator"] == "embed"
 
 
-
 def test_smoke_profile_dvc_repro_end_to_end(tmp_path: Path) -> None:
     """pipelines/dafkd/dvc.yaml at the smoke profile in a scratch copy of the project: partitions, every method,
     the paper report (tables, figures, claims), then pin and `dvc repro` again: the compare stage passes."""

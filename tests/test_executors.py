@@ -77,7 +77,7 @@ def test_a_ray_task_whose_worker_dies_is_retried_and_resumes_to_the_same_result(
 
 
 @pytest.mark.slow
-def test_ray_round_reports_never_wait_and_a_lost_one_never_fails_the_run() -> None:
+def test_ray_round_reports_all_reach_the_driver_and_a_lost_one_never_fails_the_run() -> None:
     """Workers send round reports without waiting and wait for them once, at the end of the run: the driver
     then holds them all; when the driver's inbox is gone, that wait passes (progress is lost, not the run)."""
     import ray

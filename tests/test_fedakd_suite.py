@@ -110,7 +110,6 @@ def test_paper_and_code_profiles_follow_their_protocols() -> None:
     assert t5.evaluation.clients_on_global_test and t5.partition.scheme_params["alpha"] == 2.0
 
 
-
 def test_smoke_profile_dvc_repro_pin_compare(tmp_path: Path) -> None:
     """The pipeline's dvc.yaml at smoke scale in a scratch copy of the project: the timing file measured by
     `bench suite time`, then `dvc repro` (partitions, partition figures, every method, the report with its
