@@ -109,12 +109,14 @@ def _partition(args: argparse.Namespace) -> int:
 
 
 def _models(args: argparse.Namespace) -> int:
-    from bench.models.inventory import format_models_table, format_paper_configs_table
+    from bench.models.inventory import describe_paper_configs, format_models_table, format_paper_configs_table
+    from bench.suites.plugins import known_papers
 
     print(format_models_table())
+    configs = tuple(config for paper in known_papers(args.papers) for config in paper.model_configs)
     print("\nThe papers' configurations (parameters: the whole model built as configured; paper/spec prints: "
           "the count printed, exact or rounded, of the model or the named part)")
-    print(format_paper_configs_table())
+    print(format_paper_configs_table(describe_paper_configs(configs)))
     return 0
 
 
@@ -464,8 +466,11 @@ def build_parser() -> argparse.ArgumentParser:
     sync.add_argument("folders", nargs="+", type=Path, metavar="FOLDER")
     sync.set_defaults(func=_mlflow_sync)
 
-    sub.add_parser("models", help="list models (parameters, FLOPs per image, feature dimension) and the papers' "
-                   "(model, dataset) configurations with their exact parameter counts").set_defaults(func=_models)
+    models = sub.add_parser("models", help="list models (parameters, FLOPs per image, feature dimension) and the "
+                            "papers' (model, dataset) configurations with their exact parameter counts")
+    models.add_argument("--papers", type=Path, default=Path("pipelines"),
+                        help="the folder of paper plug-ins, each <folder>/*/paper.py (default: pipelines)")
+    models.set_defaults(func=_models)
     sub.add_parser("algorithms", help="list the registered algorithms").set_defaults(func=_algorithms)
     return parser
 

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from bench.algorithms.fedakd import FedAKDParams, correctly_predicted, distillation_objective, kd_loss
-from bench.data.paper_partitions import algorithm2_draws, client_sizes, FedAKDParams as Scheme
+from bench.data.covariate_shift import algorithm2_draws, client_sizes, FedAKDParams as Scheme
 from bench.data.partition import make_partition
 from bench.errors import BenchError
 from bench.runner.federation import run_federation

@@ -11,12 +11,14 @@ from pathlib import Path
 import pytest
 import yaml
 
-from bench.suites import fedakd, load_suite
+from bench.suites import load_suite
 from bench.suites.paper import Results
-from tests.conftest import run_dvc
+from bench.suites.plugins import import_paper_module
+from tests.conftest import copy_pipeline, run_dvc
 
 ROOT = Path(__file__).resolve().parents[1]
 PARAMS = ROOT / "pipelines" / "fedakd" / "params.yaml"
+fedakd = import_paper_module(PARAMS.with_name("paper.py"))
 DEFINITION = fedakd.PAPER.definition
 COLUMNS1 = [f"{d}-{c}" for d in ("fmnist", "cifar10") for c in ("pow", "bcs", "ics2", "ics5", "ics10")]
 
@@ -117,10 +119,8 @@ def test_smoke_profile_dvc_repro_pin_compare(tmp_path: Path) -> None:
     from bench.cli import main
 
     project = tmp_path / "project"
-    folder = project / "pipelines" / "fedakd"
-    folder.mkdir(parents=True)
+    folder = copy_pipeline("fedakd", project)
     shutil.copytree(ROOT / "bench", project / "bench", ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copy(ROOT / "pipelines" / "fedakd" / "dvc.yaml", folder)
     params = yaml.safe_load(PARAMS.read_text())
     params["profile"] = "smoke"
     params["profiles"]["smoke"]["suite"]["base"]["tracking"] = {"mlflow": False}

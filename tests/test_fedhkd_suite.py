@@ -5,10 +5,12 @@ from pathlib import Path
 
 import pytest
 
-from bench.suites import fedhkd, load_suite
+from bench.suites import load_suite
 from bench.suites.paper import Results
+from bench.suites.plugins import import_paper_module
 
 PARAMS = Path(__file__).resolve().parents[1] / "pipelines" / "fedhkd" / "params.yaml"
+fedhkd = import_paper_module(PARAMS.with_name("paper.py"))
 DEFINITION = fedhkd.PAPER.definition
 
 

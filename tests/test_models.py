@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -15,7 +16,11 @@ from bench.models import (CLASSIFIER, GENERATOR, assign_architectures, build_mod
 from bench.models.inventory import (describe_models, describe_paper_configs, format_models_table,
                                     format_paper_configs_table, forward_flops)
 from bench.models.paper_configs import (CLIENT_MODEL, DISCRIMINATOR, FEATURE_GENERATOR, IMAGE_GENERATOR,
-                                        PAPER_CONFIGS, PaperConfig, Printed)
+                                        PaperConfig, Printed)
+from bench.suites.plugins import known_papers
+
+PIPELINES = Path(__file__).resolve().parents[1] / "pipelines"
+PAPER_CONFIGS = tuple(config for paper in known_papers(PIPELINES) for config in paper.model_configs)
 
 # (name, in_shape, num_classes) for every registered example plus the other configurations the papers use.
 EXTRA_CONFIGS = [
@@ -406,12 +411,12 @@ def test_printed_counts() -> None:
 
 
 def test_paper_configs_table_and_cli(capsys: pytest.CaptureFixture[str]) -> None:
-    table = format_paper_configs_table()
+    table = format_paper_configs_table(describe_paper_configs(PAPER_CONFIGS))
     lines = table.splitlines()
     assert len(lines) == len(PAPER_CONFIGS) + 2 and "NO" not in table.split()
     assert "11,215,844" in table and "60,554" in table and "body 817.6k, classifier 15,934, discriminator 257" in table
     from bench.cli import main
-    assert main(["models"]) == 0
+    assert main(["models", "--papers", str(PIPELINES)]) == 0
     out = capsys.readouterr().out
     assert "fedhkd_shufflenetv2" in out and table in out
 

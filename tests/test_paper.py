@@ -13,8 +13,9 @@ from pydantic import ValidationError
 
 from bench.cli import main
 from bench.errors import BenchError
-from bench.suites import PAPERS, load_suite
+from bench.suites import load_suite
 from bench.suites.paper import Claim, Paper, PaperDefinition, Results, pairs_claim
+from bench.suites.plugins import PAPERS
 from tests.fabricated import fabricate_run
 
 DEFINITION = """

@@ -11,13 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bench.data import prepared_dir
-from bench.data.paper_partitions import (
-    client_shift,
-    covariate_shift_sample,
-    pca_coordinates,
-    power_law_counts,
-    public_split,
-)
+from bench.data.covariate_shift import client_shift, covariate_shift_sample, pca_coordinates, power_law_counts
+from bench.data.per_user import public_split
 from bench.data.partition import (
     IIDParams,
     Partition,
@@ -122,7 +117,7 @@ def test_niid_bench_dirichlet_uses_all_samples_with_min_size(scheme, params):
 
 def test_dafkd_equals_dirichlet_per_class_min100():
     labels = labels_of([300] * 10)
-    from bench.data.paper_partitions import DaFKDParams, dafkd
+    from bench.data.label_skew import DaFKDParams, dafkd
     from bench.data.partition import DirichletParams, dirichlet
     a = dafkd(labels, 5, numpy_stream(1, "x"), DaFKDParams(alpha=0.5))
     b = dirichlet(labels, 5, numpy_stream(1, "x"), DirichletParams(alpha=0.5, min_size=100))

@@ -143,7 +143,8 @@ def test_dependencies_come_first_and_must_be_methods(overlays: Path) -> None:
 @pytest.mark.parametrize("overrides, message", [
     (["methods.tau5.config.algorithm={mu: 1}"], "config.algorithm: put the algorithm's keys beside `name`"),
     (["suite.statistics=[best_global_acc]"], "suite.statistics.0: .*is not a statistic name"),
-    (["suite.paper=fedxyz"], "paper 'fedxyz' is not one of: fedhkd"),
+    (["suite.paper=fedxyz"], "paper 'fedxyz' is neither a module file .* nor a registered paper"),
+    (["suite.paper=nowhere/paper.py"], r"paper module .*nowhere/paper.py not found"),
 ])
 def test_bad_method_statistic_or_paper(overlays: Path, overrides: list[str], message: str) -> None:
     with pytest.raises(BenchError, match=message):

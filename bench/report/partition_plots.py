@@ -72,7 +72,7 @@ def plot_class_bubbles(partition: Partition, path: str | Path, clients: Sequence
 def plot_client_summary(partition: Partition, path: str | Path, shift: Sequence[float] | None = None,
                         shift_label: str = "mean PC1", title: str | None = None) -> Path:
     """FedAKD per-client summary: train / local test sizes, class mix, and an optional per-client shift
-    (e.g. :func:`bench.data.paper_partitions.client_shift`)."""
+    (e.g. :func:`bench.data.covariate_shift.client_shift`)."""
     k = np.arange(partition.num_clients)
     panels = 3 if shift is not None else 2
     fig, axes = plt.subplots(panels, 1, figsize=(max(5.0, 0.4 * len(k) + 2), 2.6 * panels), sharex=True)

@@ -5,7 +5,8 @@ A suite is described by a params file (the root ``params.yaml`` for the default 
 
     suite:    {name, seeds, jobs, executor: serial|processes|ray, ray: {address, cpus_per_run, gpus_per_run,
                max_retries}, checkpoint_every: <rounds, default 1>,
-               paper: <optional: a paper of PAPERS whose tables this suite makes>,
+               paper: <optional: the paper whose tables this suite makes: its plug-in's module file relative to
+                       this params file (paper.py), or a registered paper's name; bench/suites/plugins.py>,
                statistics: [<statistic name>, ...],   # pinned and compared (default: DEFAULT_STATISTICS)
                timing: <optional: per-round times file of `time_of` budgets, relative to the root>,
                base: <experiment config shared by every run>}
@@ -60,12 +61,10 @@ from bench.config import ExperimentConfig, apply_overrides, describe_validation,
 from bench.experiment import build_config
 from bench.runner.executor import RunRequest
 from bench.errors import BenchError
-from bench.suites import dafkd, fedakd, fedal, fedhkd
 from bench.suites.paper import Paper
+from bench.suites.plugins import find_paper
 from bench.suites.statistics import Statistic
 
-PAPERS: dict[str, Paper] = {paper.definition.name: paper
-                            for paper in (fedhkd.PAPER, fedal.PAPER, dafkd.PAPER, fedakd.PAPER)}
 DEFAULT_STATISTICS = ("final_global_acc", "last5_global_acc", "final_local_acc", "last5_local_acc")
 
 
@@ -82,7 +81,9 @@ class RaySection(BaseModel):
 class SuiteSection(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     name: str
-    paper: str | None = Field(None, description="the paper (a key of PAPERS) whose tables this suite makes")
+    paper: str | None = Field(None, description=(
+        "the paper whose tables this suite makes: its plug-in's module file relative to the params file "
+        "(e.g. paper.py), or the name of a registered paper (bench/suites/plugins.py)"))
     seeds: list[int] = Field(min_length=1)
     jobs: int = Field(2, ge=1, description="parallel single-threaded runs (processes, or a local Ray cluster's CPUs)")
     executor: Literal["serial", "processes", "ray"] = Field("processes", description="where runs execute")
@@ -209,8 +210,10 @@ class Suite:
 
     def __post_init__(self) -> None:
         p = self.params
-        if p.suite.paper is not None and p.suite.paper not in PAPERS:
-            raise BenchError(f"suite {self.name}: paper {p.suite.paper!r} is not one of: {', '.join(PAPERS)}")
+        try:
+            self.paper  # finds (imports) the paper's plug-in now: a wrong `suite.paper` fails on loading the suite
+        except BenchError as exc:
+            raise BenchError(f"suite {self.name}: {exc}") from None
         for setting, overlay in p.settings.items():
             for field in ("methods", "method_config"):
                 if unknown := [m for m in overlay.get(field) or () if m not in p.methods]:
@@ -240,10 +243,21 @@ class Suite:
         """The settings ``method`` runs on, in the suite's order."""
         return [s for s in self.params.settings if self.runs_on(method, s)]
 
-    @property
+    @cached_property
     def paper(self) -> Paper | None:
-        """The paper whose tables this suite makes, if any."""
-        return PAPERS[self.params.suite.paper] if self.params.suite.paper else None
+        """The paper whose tables this suite makes, if any (its plug-in, bench/suites/plugins.py)."""
+        reference = self.params.suite.paper
+        if reference is None:
+            return None
+        return find_paper(reference, self.params_file.parent if self.params_file else self.root)
+
+    @property
+    def settings(self) -> list[str]:
+        return list(self.params.settings)
+
+    @property
+    def seeds(self) -> list[int]:
+        return list(self.params.suite.seeds)
 
     def statistics(self, setting: str) -> list[Statistic]:
         """Every statistic of this setting's runs: the suite's, then those of the paper's cells on it."""

@@ -1,6 +1,7 @@
-"""FedHKD's networks (specs/fedhkd.md §2, §5.4): a torchvision backbone whose final ``fc`` maps to the
-latent dimension d is the feature extractor R_phi, and ``Linear(d, n)`` is the classifier G_omega,
-as the released ``models.py`` builds them. Random initialisation (torchvision's), no pretrained weights.
+"""Torchvision backbones as latent classifiers, FedHKD's networks (specs/fedhkd.md §2, §5.4): a torchvision
+backbone whose final ``fc`` maps to the latent dimension d is the feature extractor R_phi, and ``Linear(d, n)``
+is the classifier G_omega, as the released ``models.py`` builds them. Random initialisation (torchvision's), no
+pretrained weights.
 """
 from __future__ import annotations
 

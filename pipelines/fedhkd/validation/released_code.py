@@ -1,6 +1,6 @@
 """FedHKD ``mode: code`` side by side with the authors' released code, on the same data and partitions.
 
-    uv run python validation/fedhkd_released.py CHECKOUT [--seeds 0 1 2] [--rounds 20] [--part 1.0] ...
+    uv run python pipelines/fedhkd/validation/released_code.py CHECKOUT [--seeds 0 1 2] [--rounds 20] [--part 1.0] ...
 
 CHECKOUT is a checkout of github.com/CityChan/Federated-Hyper-Knowledge-Distillation at commit 8a930f4
 (for example ``git clone`` it and ``git checkout 8a930f4`` outside this repository; it is only read,
@@ -108,7 +108,8 @@ def digits32(data_dir: Path) -> PreparedDataset:
     train_x, test_x = up(digits.train_x), up(digits.test_x)
     mean, std = channel_stats(train_x)
     return PreparedDataset(DATASET, train_x, digits.train_y, test_x, digits.test_y, 10, mean, std,
-                           source={"origin": "the embedded digits upscaled to 32x32x3 (validation/fedhkd_released.py)"})
+                           source={"origin": "the embedded digits upscaled to 32x32x3 "
+                                             "(pipelines/fedhkd/validation/released_code.py)"})
 
 
 def write_svhn_mat(data: PreparedDataset, folder: Path) -> None:
