@@ -207,9 +207,10 @@ def _suite_report(args: argparse.Namespace) -> int:
 
 
 def _suite_cost(args: argparse.Namespace) -> int:
-    from bench.report.cost import cost_table
+    from bench.report.cost import MeasuredSteps, cost_table
 
-    print(cost_table(_suite(args), args.tflops, args.data_dir))
+    gpu = MeasuredSteps.load(args.gpu) if args.gpu is not None else None
+    print(cost_table(_suite(args), args.tflops, args.data_dir, gpu))
     return 0
 
 
@@ -399,10 +400,12 @@ def build_parser() -> argparse.ArgumentParser:
                        "none: a local cluster of --jobs CPUs)")
     suite_command("report", "write summary tables (Markdown, CSV, metrics.json), learning curves (CSV, PNG)",
                   _suite_report).add_argument("--out", type=Path, help="folder (default: <root>/reports/<suite>)")
-    suite_command("cost", "estimate the FLOPs and GPU-hours of the suite's runs before running them (methods' "
-                  "training FLOPs measured on a stand-in of each setting's data)", _suite_cost).add_argument(
-        "--tflops", type=float, default=None, help="assumed sustained TFLOP/s of one GPU (default: "
-        "DEFAULT_TFLOPS of bench/report/cost.py, which states where it comes from)")
+    cost = suite_command("cost", "estimate the FLOPs and GPU-hours of the suite's runs before running them "
+                         "(methods' training FLOPs measured on a stand-in of each setting's data)", _suite_cost)
+    cost.add_argument("--tflops", type=float, default=None, help="assumed sustained TFLOP/s of one GPU (default: "
+                      "DEFAULT_TFLOPS of bench/report/cost.py, which states where it comes from)")
+    cost.add_argument("--gpu", type=Path, default=None, help="a step-time file of benchmarks/gpu.py measure (e.g. "
+                      "benchmarks/gpu/gpu-nvidia-h200.json): GPU-hours at the step times measured there as well")
     timing = suite_command("time", "measure every method's seconds per round on the settings whose budget is time_of "
                            "(deliberately, like pinning: the runs' rounds derive from the file it writes)", _suite_time)
     timing.add_argument("--rounds", type=int, default=5, help="rounds per probe (the first and last are left out)")
