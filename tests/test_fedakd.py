@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from bench.algorithms.fedakd import FedAKDParams, correctly_predicted, distillation_objective, kd_loss
+from bench.algorithms.fedakd import FedAKDParams, correctly_predicted, distillation_objective
 from bench.data.paper_partitions import algorithm2_draws, client_sizes, FedAKDParams as Scheme
 from bench.data.partition import make_partition
 from bench.errors import BenchError
@@ -21,18 +21,6 @@ from bench.suites.statistics import Records, Statistic, cf, cf_code
 from tests.conftest import small_config
 
 # -- losses ---------------------------------------------------------------------------------------
-
-
-def test_kd_loss_is_tau_squared_kl_of_the_tempered_softmaxes_by_hand() -> None:
-    """Teacher logits (ln 2, 0, 0) give p_t = (1/2, 1/4, 1/4); a zero student gives 1/3 each:
-    KL = ½ln(3/2) + 2·¼ln(3/4) = ½ln(9/8). The batch mean over two equal rows is the same."""
-    teacher = torch.tensor([[math.log(2), 0.0, 0.0]] * 2)
-    student = torch.zeros(2, 3)
-    assert float(kd_loss(student, teacher, 1.0)) == pytest.approx(0.5 * math.log(9 / 8), rel=1e-6)
-    # τ = 2: τ²·KL(softmax(t/2) ‖ uniform), p_t ∝ (√2, 1, 1)
-    p = np.array([math.sqrt(2), 1, 1]) / (math.sqrt(2) + 2)
-    assert float(kd_loss(student, teacher, 2.0)) == pytest.approx(4 * float(np.sum(p * np.log(3 * p))), rel=1e-5)
-    assert float(kd_loss(teacher, teacher, 1.0)) == pytest.approx(0.0, abs=1e-7)
 
 
 def test_distillation_objective_is_ce_plus_weighted_kd_eq2_eq5() -> None:

@@ -2,14 +2,18 @@
 parameters (DESIGN.md "engine")."""
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from bench.engine.aggregate import copy_state, load_state, state_tensors, weighted_average
+from bench.engine.distillation import kd_loss, soft_target_kl
+from bench.engine.evaluation import eval_mode
 from bench.engine.loop import Loop, Step, adversarial_loop, parameters
-from bench.engine.streams import NoiseStream, SharedBatches, epoch_batches
+from bench.engine.streams import NoiseStream, SharedBatches, batches_per_pass, epoch_batches
 from bench.errors import Diverged
 from bench.rng import torch_stream
 
@@ -83,6 +87,53 @@ def test_epoch_batches_cover_each_epoch_once_or_stop_after_steps() -> None:
     assert sorted(torch.cat(batches[:3]).tolist()) == list(range(10))
     steps = list(epoch_batches(10, 4, True, torch_stream(0, "b"), torch.device("cpu"), steps=5))
     assert [len(b) for b in steps] == [4] * 5
+
+
+@pytest.mark.parametrize("n, batch_size, drop_last", [(10, 4, False), (10, 4, True), (3, 8, True), (8, 4, True)])
+def test_batches_per_pass_counts_what_one_epoch_of_batches_holds(n: int, batch_size: int, drop_last: bool) -> None:
+    batches = list(epoch_batches(n, batch_size, drop_last, torch.Generator().manual_seed(0), torch.device("cpu"),
+                                 epochs=1))
+    assert batches_per_pass(n, batch_size, drop_last) == len(batches)
+
+
+def test_kd_loss_is_t_squared_kl_of_the_tempered_softmaxes_by_hand() -> None:
+    """Teacher logits (ln 2, 0, 0) give p_t = (1/2, 1/4, 1/4); a zero student gives 1/3 each:
+    KL = ½ln(3/2) + 2·¼ln(3/4) = ½ln(9/8). The batch mean over two equal rows is the same."""
+    teacher = torch.tensor([[math.log(2), 0.0, 0.0]] * 2)
+    student = torch.zeros(2, 3)
+    assert float(kd_loss(student, teacher, 1.0)) == pytest.approx(0.5 * math.log(9 / 8), rel=1e-6)
+    # T = 2: T²·KL(softmax(t/2) ‖ uniform), p_t ∝ (√2, 1, 1)
+    p = [math.sqrt(2) / (math.sqrt(2) + 2), 1 / (math.sqrt(2) + 2), 1 / (math.sqrt(2) + 2)]
+    assert float(kd_loss(student, teacher, 2.0)) == pytest.approx(4 * sum(q * math.log(3 * q) for q in p), rel=1e-5)
+    assert float(kd_loss(teacher, teacher, 1.0)) == pytest.approx(0.0, abs=1e-7)
+
+
+def test_kd_loss_trains_the_student_only() -> None:
+    student, teacher = torch.zeros(1, 2, requires_grad=True), torch.tensor([[1.0, 0.0]], requires_grad=True)
+    kd_loss(student, teacher, 2.0).backward()
+    assert student.grad is not None and student.grad[0, 0] < 0 and teacher.grad is None
+
+
+def test_soft_target_kl_has_the_target_first_and_no_t_squared() -> None:
+    """KL([½, ½] ‖ ψ([0, ln 3])) = ½ ln(½ / ¼) + ½ ln(½ / ¾) = ½ ln(4/3); at T = 2 the student is ψ([0, ln 3] / 2)
+    and nothing scales the result."""
+    target, student = torch.tensor([[0.5, 0.5]]), torch.tensor([[0.0, math.log(3)]])
+    assert soft_target_kl(student, target, 1.0).item() == pytest.approx(0.5 * math.log(4 / 3), abs=1e-6)
+    q = 1 / (1 + math.sqrt(3))
+    assert soft_target_kl(student, target, 2.0).item() == pytest.approx(
+        0.5 * math.log(0.5 / q) + 0.5 * math.log(0.5 / (1 - q)), abs=1e-6)
+
+
+def test_eval_mode_evaluates_and_restores_the_mode_it_found() -> None:
+    model = nn.Sequential(nn.Linear(2, 2), nn.BatchNorm1d(2))
+    for training in (True, False):
+        model.train(training)
+        with eval_mode(model) as inside:
+            assert inside is model and not model.training and not model[1].training
+        assert model.training is training and model[1].training is training
+    with pytest.raises(RuntimeError), eval_mode(model.train()):
+        raise RuntimeError("a failing evaluation")
+    assert model.training
 
 
 def test_shared_public_stream_gives_every_client_the_same_batch_in_lockstep() -> None:

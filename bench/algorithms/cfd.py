@@ -32,9 +32,9 @@ from pydantic import Field
 from torch import nn
 
 from bench.algorithms import register_algorithm
-from bench.algorithms.fedal import kd_loss
 from bench.algorithms.knowledge_transfer import (KnowledgeTransfer, LogitsUpload, PublicOutputs, Served,
                                                  TransferParams, stacked_logits)
+from bench.engine.distillation import soft_target_kl
 from bench.engine.loop import Loop, Step
 from bench.engine.state import Client, NoState, Server
 
@@ -119,7 +119,7 @@ class CFD(KnowledgeTransfer[NoState, CFDServer]):
             target = torch.stack([u.probabilities() for u in uploads]).mean(0)  # type: ignore[attr-defined]
         model = state.model.train()
         loss = Loop(state.optimizer, list(model.parameters()), round_index, "server").run(
-            [x], lambda step, batch: kd_loss(target, model(batch)[1], p.temperature))
+            [x], lambda step, batch: soft_target_kl(model(batch)[1], target, p.temperature))
         with torch.no_grad():
             model.train(p.reply_mode == "train")
             _, logits = model(x)
@@ -130,4 +130,4 @@ class CFD(KnowledgeTransfer[NoState, CFDServer]):
     def transfer_loss(self, step: Step, client: Client[NoState], x: torch.Tensor, outputs: PublicOutputs,
                       reply: object) -> torch.Tensor:
         target = reply.probabilities() if isinstance(reply, QuantizedSoftLabels) else self.soft(reply.logits)  # type: ignore[attr-defined]
-        return kd_loss(target, outputs.logits, self.params.temperature)
+        return soft_target_kl(outputs.logits, target, self.params.temperature)

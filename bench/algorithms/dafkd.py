@@ -85,9 +85,11 @@ from bench.algorithms import register_algorithm
 from bench.algorithms.base import AveragingParams, ParameterAveraging, with_mode_defaults
 from bench.engine.aggregate import copy_state, load_state, weighted_average
 from bench.engine.context import Context
+from bench.engine.distillation import soft_target_kl
 from bench.engine.evaluation import Evaluation
 from bench.engine.loop import Loop, Step, adversarial_loop
 from bench.engine.state import Client, NoState, Server, Update
+from bench.engine.streams import batches_per_pass
 from bench.errors import BenchError
 from bench.models import build_model
 
@@ -213,7 +215,7 @@ def distillation_loss(student_logits: torch.Tensor, teacher: torch.Tensor, tempe
                       reduction: Literal["batchmean", "mean"]) -> torch.Tensor:
     """Eq. 8: τ²·KL(teacher ‖ softmax(s/τ)), summed over classes and averaged over samples (``batchmean``), or
     averaged over samples and classes (``mean``, KLDivLoss's default in [C])."""
-    kl = F.kl_div(F.log_softmax(student_logits / temperature, dim=1), teacher, reduction="batchmean")
+    kl = soft_target_kl(student_logits, teacher, temperature)
     return temperature ** 2 * (kl if reduction == "batchmean" else kl / student_logits.shape[1])
 
 
@@ -385,7 +387,7 @@ class DaFKD(ParameterAveraging[DaFKDClient, DaFKDServer]):
                 return separate(x)[1].squeeze(1)
             return model.domain_logit(model(x)[0] if features is None else features)
 
-        per_epoch = batches_per_epoch(client.data.num_samples, ctx.config.training.batch_size,
+        per_epoch = batches_per_pass(client.data.num_samples, ctx.config.training.batch_size,
                                       ctx.config.training.drop_last)
         scheduler = _Plateau(optimizer) if p.local_schedule == "plateau" else None
         real_out, fake_out = [], []
@@ -558,12 +560,6 @@ class DaFKD(ParameterAveraging[DaFKDClient, DaFKDServer]):
         separate = [c.state.discriminator for c in members if c.state.discriminator is not None]
         return DomainEnsemble([c.model for c in members], separate or None, weighting, self.params.temperature,
                               self.params.teacher)
-
-
-def batches_per_epoch(n: int, batch_size: int, drop_last: bool) -> int:
-    """Mini-batches in one pass over n samples (as :func:`~bench.engine.streams.epoch_batches` cuts them)."""
-    size = min(batch_size, n)
-    return n // size if drop_last else -(-n // size)
 
 
 class _Plateau:

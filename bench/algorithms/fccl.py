@@ -38,9 +38,9 @@ from pydantic import Field
 from torch import nn
 
 from bench.algorithms import register_algorithm
-from bench.algorithms.fedal import lf_loss
 from bench.algorithms.knowledge_transfer import (KnowledgeTransfer, PublicOutputs, Served, TransferParams,
                                                  stacked_logits)
+from bench.engine.distillation import kd_loss
 from bench.engine.loop import Loop, Step
 from bench.engine.snapshots import refresh_snapshot
 from bench.engine.state import Client, NoState, Server
@@ -172,7 +172,7 @@ class FCCL(KnowledgeTransfer[FCCLClient, NoState]):
         _, logits = client.model(x)
         with torch.no_grad():
             inter, intra = client.state.inter(x)[1], client.state.intra(x)[1]
-        return F.cross_entropy(logits, y) + lf_loss(inter, logits, 1.0) + lf_loss(intra, logits, 1.0)
+        return F.cross_entropy(logits, y) + kd_loss(logits, inter, 1.0) + kd_loss(logits, intra, 1.0)
 
     def after_local(self, round_index: int, clients: list[Client[FCCLClient]]) -> None:
         for c in clients:  # copy_nets2_prevnets

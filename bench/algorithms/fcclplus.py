@@ -28,6 +28,7 @@ from pydantic import Field
 from bench.algorithms import register_algorithm
 from bench.algorithms.fccl import FCCL, CollaborativeParams, FCCLClient, cross_correlation_loss
 from bench.algorithms.knowledge_transfer import PublicOutputs, Served
+from bench.engine.distillation import kd_loss
 from bench.engine.loop import Step
 from bench.engine.snapshots import refresh_snapshot
 from bench.engine.state import Client, NoState, Server
@@ -89,7 +90,7 @@ class FCCLPlus(FCCL):
         assert isinstance(reply, LogitsAndSimilarity)
         p = self.params
         similarity = similarity_logits(outputs.features, p.temp)
-        distill = F.kl_div(F.log_softmax(similarity, dim=1), F.softmax(reply.similarity, dim=1), reduction="batchmean")
+        distill = kd_loss(similarity, reply.similarity, 1.0)
         return cross_correlation_loss(outputs.logits, reply.logits, p.off_diagonal_weight) + p.dis_power * distill
 
     def local_loss(self, step: Step, client: Client[FCCLClient], x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:

@@ -50,6 +50,8 @@ from bench.algorithms.base import Algorithm
 from bench.algorithms.modes import ModeParams
 from bench.engine.aggregate import copy_state, load_state, weighted_average
 from bench.engine.chunks import chunk_size
+from bench.engine.distillation import kd_loss
+from bench.engine.evaluation import eval_mode
 from bench.engine.loop import Loop, Step
 from bench.engine.state import Client, NoState, Server
 
@@ -70,16 +72,9 @@ class FedAKDParams(ModeParams):
                                                                        "(Correct-Agg.)")
 
 
-def kd_loss(student_logits: torch.Tensor, teacher_logits: torch.Tensor, temperature: float) -> torch.Tensor:
-    """τ²·(1/B)Σ_i KL(softmax(z_t,i/τ) ‖ softmax(z_s,i/τ)) (§1.2 [C]); the teacher is a constant."""
-    return F.kl_div(F.log_softmax(student_logits / temperature, dim=1),
-                    F.softmax(teacher_logits.detach() / temperature, dim=1),
-                    reduction="batchmean") * temperature ** 2
-
-
 def distillation_objective(student_logits: torch.Tensor, teacher_logits: torch.Tensor, y: torch.Tensor,
                            weight: float, temperature: float) -> torch.Tensor:
-    """CE(student; y) + weight·KD(student; teacher): Eq. 2 (local student, global teacher, weight α) and
+    """CE(student; y) + weight·KD(student; teacher), KD the engine's τ²·KL (§1.2 [C]): Eq. 2 (local student, global teacher, weight α) and
     Eq. 5 (global student, local teacher, weight β)."""
     loss = F.cross_entropy(student_logits, y)
     return loss + weight * kd_loss(student_logits, teacher_logits, temperature) if weight else loss
@@ -88,11 +83,9 @@ def distillation_objective(student_logits: torch.Tensor, teacher_logits: torch.T
 @torch.no_grad()
 def correctly_predicted(model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch_size: int) -> torch.Tensor:
     """The indices i with argmax f(x_i; w) = y_i (Step 2, §0.1), the model in eval mode, in index order."""
-    was_training = model.training
-    model.eval()
-    size = chunk_size(model, x, batch_size)
-    hits = [model(x[s:s + size])[1].argmax(1) == y[s:s + size] for s in range(0, len(y), size)]
-    model.train(was_training)
+    with eval_mode(model):
+        size = chunk_size(model, x, batch_size)
+        hits = [model(x[s:s + size])[1].argmax(1) == y[s:s + size] for s in range(0, len(y), size)]
     return torch.cat(hits).nonzero().flatten() if hits else torch.zeros(0, dtype=torch.long, device=y.device)
 
 

@@ -56,6 +56,7 @@ from bench.algorithms import register_algorithm
 from bench.algorithms.base import AlgorithmParams
 from bench.algorithms.knowledge_transfer import KnowledgeTransfer, PublicOutputs, Served, TransferParams, stacked_logits
 from bench.engine.context import Context
+from bench.engine.distillation import soft_target_kl
 from bench.engine.loop import Loop, Step
 from bench.engine.snapshots import refresh_snapshot
 from bench.engine.state import Client, NoState, Server
@@ -95,15 +96,10 @@ class FedALParams(TransferParams, AdversarialParams, LessForgettingParams):
 # -- the loss terms (pure functions of tensors) -----------------------------------------------------
 
 
-def kd_loss(target: torch.Tensor, logits: torch.Tensor, temperature: float) -> torch.Tensor:
-    """𝒦(target ‖ ψ(logits, E)) = Σ_k target_k log(target_k / ψ_k), batch mean: the distillation KL with the
-    target (a probability vector per row) first (§1), no E² factor (E = 1 in the paper)."""
-    return F.kl_div(F.log_softmax(logits / temperature, dim=1), target, reduction="batchmean")
-
-
-def lf_loss(snapshot_logits: torch.Tensor, logits: torch.Tensor, temperature: float) -> torch.Tensor:
-    """r_loc or r_glo (eqs. 13-14): 𝒦(ψ(f_n(x; θ_frozen), E) ‖ ψ(f_n(x; θ), E)), batch mean."""
-    return kd_loss(F.softmax(snapshot_logits / temperature, dim=1), logits, temperature)
+def lf_loss(logits: torch.Tensor, snapshot_logits: torch.Tensor, temperature: float) -> torch.Tensor:
+    """r_loc or r_glo (eqs. 13-14): 𝒦(ψ(f_n(x; θ_frozen), E) ‖ ψ(f_n(x; θ), E)), batch mean, no E² factor (§1:
+    the paper's 𝒦 has none; E = 1 there)."""
+    return soft_target_kl(logits, F.softmax(snapshot_logits / temperature, dim=1), temperature)
 
 
 def teacher_distribution(mean: torch.Tensor, own: torch.Tensor, clients: int, teacher: Literal["others", "all"],
@@ -130,7 +126,7 @@ def local_objective(model: nn.Module, snapshot: nn.Module | None, x: torch.Tenso
     assert snapshot is not None
     with torch.no_grad():
         _, frozen = snapshot(x)
-    return loss + params.lf_local_weight * lf_loss(frozen, logits, params.lf_temperature)
+    return loss + params.lf_local_weight * lf_loss(logits, frozen, params.lf_temperature)
 
 
 def discriminator_loss(discriminator: nn.Module, logits: torch.Tensor, targets: torch.Tensor,
@@ -272,12 +268,12 @@ class FedAL(KnowledgeTransfer[FedALClient, DiscriminatorState]):
         logits = outputs.logits
         own = logits.detach() if p.teacher_average == "logits" else F.softmax(logits.detach() / p.kd_temperature, 1)
         target = teacher_distribution(reply.mean, own, reply.clients, p.teacher, p.teacher_average, p.kd_temperature)
-        loss = p.kd_weight * kd_loss(target, logits, p.kd_temperature)
+        loss = p.kd_weight * soft_target_kl(logits, target, p.kd_temperature)
         if p.lf_global_weight > 0:
             assert client.state.snapshot is not None
             with torch.no_grad():
                 _, frozen = client.state.snapshot(x)
-            loss = loss + p.lf_global_weight * lf_loss(frozen, logits, p.lf_temperature)
+            loss = loss + p.lf_global_weight * lf_loss(logits, frozen, p.lf_temperature)
         if reply.adversarial is not None and p.adv_weight > 0:
             loss = loss + p.adv_weight * adversarial_term(logits, reply.adversarial)
         return loss

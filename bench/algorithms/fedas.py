@@ -31,6 +31,7 @@ from torch import nn
 from bench.algorithms import register_algorithm
 from bench.algorithms.base import AveragingParams, ParameterAveraging
 from bench.engine.aggregate import load_state, weighted_average
+from bench.engine.evaluation import eval_mode
 from bench.engine.loop import Loop
 from bench.engine.state import Client, NoState, Server, Update
 
@@ -43,10 +44,8 @@ class FedASParams(AveragingParams):
 @torch.no_grad()
 def class_prototypes(model: nn.Module, x: torch.Tensor, y: torch.Tensor, num_classes: int) -> torch.Tensor:
     """Per class, the mean feature of its samples under ``model`` (eval mode); NaN rows for absent classes."""
-    was_training = model.training
-    model.eval()
-    features = torch.cat([model(x[s:s + 1024])[0] for s in range(0, len(y), 1024)])
-    model.train(was_training)
+    with eval_mode(model):
+        features = torch.cat([model(x[s:s + 1024])[0] for s in range(0, len(y), 1024)])
     sums = torch.zeros(num_classes, features.shape[1], dtype=features.dtype, device=features.device)
     sums.index_add_(0, y, features)
     counts = torch.bincount(y, minlength=num_classes).to(features.dtype).unsqueeze(1)
@@ -65,16 +64,14 @@ def alignment_loss(features: torch.Tensor, y: torch.Tensor, prototypes: torch.Te
 
 def fisher_trace(model: nn.Module, batches: list[tuple[torch.Tensor, torch.Tensor]]) -> float:
     """Σ over batches of Σ_θ (∂ mean NLL / ∂θ)², the model in eval mode (FL-bench's FIM trace)."""
-    was_training = model.training
-    model.eval()
     total = 0.0
-    for x, y in batches:
+    with eval_mode(model):
+        for x, y in batches:
+            model.zero_grad(set_to_none=True)
+            _, logits = model(x)
+            F.nll_loss(F.log_softmax(logits, dim=1), y).backward()
+            total += float(sum((p.grad ** 2).sum() for p in model.parameters() if p.grad is not None))
         model.zero_grad(set_to_none=True)
-        _, logits = model(x)
-        F.nll_loss(F.log_softmax(logits, dim=1), y).backward()
-        total += float(sum((p.grad ** 2).sum() for p in model.parameters() if p.grad is not None))
-    model.zero_grad(set_to_none=True)
-    model.train(was_training)
     return total
 
 

@@ -34,7 +34,6 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 import torch
-import torch.nn.functional as F
 from pydantic import Field
 from torch import nn
 from torch.func import functional_call
@@ -42,6 +41,8 @@ from torch.func import functional_call
 from bench.algorithms import register_algorithm
 from bench.algorithms.base import AveragingParams, ParameterAveraging
 from bench.engine.aggregate import copy_state, load_state, weighted_average
+from bench.engine.distillation import kd_loss
+from bench.engine.evaluation import eval_mode
 from bench.engine.loop import Loop
 from bench.engine.state import Client, NoState, Server, Update
 from bench.errors import BenchError
@@ -54,13 +55,6 @@ class FedDFParams(AveragingParams):
     distill_batch_size: int | None = Field(None, ge=1, description="public batch size; None: training.batch_size")
     temperature: float = Field(1.0, gt=0, description="T of AVGLOGITS (the loss is T²·KL)")
     distill_optimizer: Literal["adam", "sgd"] = Field("adam", description="fresh each round (FedDF: Adam)")
-
-
-def distillation_loss(teacher_logits: torch.Tensor, student_logits: torch.Tensor, temperature: float) -> torch.Tensor:
-    """T²·𝒦(ψ(teacher/T) ‖ ψ(student/T)), batch mean (AVGLOGITS: ``teacher_logits`` is the mean logits)."""
-    target = F.softmax(teacher_logits / temperature, dim=1)
-    return temperature ** 2 * F.kl_div(F.log_softmax(student_logits / temperature, dim=1), target,
-                                       reduction="batchmean")
 
 
 @dataclass
@@ -133,12 +127,8 @@ class FedDF(ParameterAveraging[GroupMember, GroupModels]):
         weights (its group's server model as the architecture)."""
         total: torch.Tensor | None = None
         for update in updates:
-            template = self.group_model(server, update.cid)
-            was_training = template.training
-            template.eval()
-            with torch.no_grad():
+            with torch.no_grad(), eval_mode(self.group_model(server, update.cid)) as template:
                 _, logits = functional_call(template, update.state, (x,))
-            template.train(was_training)
             total = logits if total is None else total + logits
         assert total is not None
         return total / len(updates)
@@ -165,4 +155,4 @@ class FedDF(ParameterAveraging[GroupMember, GroupModels]):
         """One step of every group's student on 𝒦 towards the ensemble (FedDF-AL adds its terms)."""
         for group, loop in zip(groups, loops):
             student = server.state.models[group].train()
-            loop.run([x], lambda step, batch, s=student: distillation_loss(teacher, s(batch)[1], self.params.temperature))
+            loop.run([x], lambda step, batch, s=student: kd_loss(s(batch)[1], teacher, self.params.temperature))

@@ -31,7 +31,8 @@ from torch import nn
 from bench.algorithms import register_algorithm
 from bench.algorithms.fedal import (AdversarialParams, DiscriminatorState, LessForgettingParams, adversarial_term,
                                     discriminator_round, discriminator_state, lf_loss, local_objective)
-from bench.algorithms.feddf import FedDF, FedDFParams, GroupMember, GroupModels, distillation_loss
+from bench.algorithms.feddf import FedDF, FedDFParams, GroupMember, GroupModels
+from bench.engine.distillation import kd_loss
 from bench.engine.loop import Loop, Step
 from bench.engine.snapshots import refresh_snapshot
 from bench.engine.state import Client, Server, Update
@@ -100,12 +101,12 @@ class FedDFAL(FedDF):
         for group, loop, z, gradient in zip(groups, loops, logits, gradients):
             def loss(step: Step, batch: torch.Tensor, g: str = group, z: torch.Tensor = z,
                      gradient: torch.Tensor | None = gradient) -> torch.Tensor:
-                total = distillation_loss(teacher, z, p.temperature)
+                total = kd_loss(z, teacher, p.temperature)
                 if p.lf_global_weight > 0:
                     assert state.snapshots is not None
                     with torch.no_grad():
                         _, frozen = state.snapshots[g](batch)
-                    total = total + p.lf_global_weight * lf_loss(frozen, z, p.lf_temperature)
+                    total = total + p.lf_global_weight * lf_loss(z, frozen, p.lf_temperature)
                 if gradient is not None:
                     total = total + p.adv_weight * adversarial_term(z, gradient)
                 return total

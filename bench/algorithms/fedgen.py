@@ -46,6 +46,8 @@ from torch.func import functional_call
 
 from bench.algorithms import register_algorithm
 from bench.algorithms.base import AveragingParams, ParameterAveraging
+from bench.engine.distillation import soft_target_kl
+from bench.engine.evaluation import eval_mode
 from bench.engine.loop import Loop, Step
 from bench.engine.state import Client, NoState, Server, Update
 from bench.engine.streams import NoiseStream
@@ -190,7 +192,7 @@ class FedGen(ParameterAveraging[FedGenClient, GeneratorState]):
             target = F.softmax(head(generator(noise.batch(len(y)), y)), dim=1)
             y_gen = torch.randint(self.ctx.num_classes, (p.gen_batch_size,), generator=step.rng).to(self.ctx.device)
             latents = generator(noise.batch(len(y_gen)), y_gen)
-        latent_kl = F.kl_div(F.log_softmax(logits, dim=1), target, reduction="batchmean")
+        latent_kl = soft_target_kl(logits, target, 1.0)
         gen_ce = F.cross_entropy(head(latents), y_gen)
         gen_ratio = p.gen_batch_size / self.ctx.config.training.batch_size
         return (loss + gen_ratio * kd_weight(p.alpha, p.kd_decay, t) * gen_ce
@@ -213,8 +215,6 @@ class FedGen(ParameterAveraging[FedGenClient, GeneratorState]):
         prefix = f"{HEAD}."
         head_states = [{k[len(prefix):]: v for k, v in u.state.items() if k.startswith(prefix)} for u in updates]
         head = getattr(server.model, HEAD)
-        head_was_training = head.training
-        head.eval()
         generator.train()
         rng = self.ctx.stream("fedgen-server", round_index)
         noise = NoiseStream(rng, generator.noise_dim, self.ctx.device)
@@ -226,6 +226,6 @@ class FedGen(ParameterAveraging[FedGenClient, GeneratorState]):
             return (p.teacher_weight * teacher_loss(head, head_states, latents, y, weights)
                     + p.diversity_weight * diversity_loss(eps, latents))
 
-        Loop(optimizer, list(generator.parameters()), round_index, "generator",
-             backward_inputs=True).run(range(p.generator_epochs * p.teacher_iters), step_fn)
-        head.train(head_was_training)
+        with eval_mode(head):
+            Loop(optimizer, list(generator.parameters()), round_index, "generator",
+                 backward_inputs=True).run(range(p.generator_epochs * p.teacher_iters), step_fn)

@@ -29,7 +29,6 @@ Readings (the released code, specs/fedhkd.md §4 [C], where the paper is silent)
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Literal
 
@@ -40,8 +39,11 @@ from pydantic import Field
 from bench.algorithms import register_algorithm
 from bench.algorithms.base import AveragingParams, ParameterAveraging
 from bench.engine.chunks import chunk_size
+from bench.engine.distillation import soft_target_kl
+from bench.engine.evaluation import eval_mode
 from bench.engine.loop import Step
 from bench.engine.state import Client, NoState, Server, Update
+from bench.engine.streams import batches_per_pass
 from bench.errors import BenchError
 
 
@@ -56,15 +58,9 @@ def distillation_loss(logits: torch.Tensor, consensus: torch.Tensor, temperature
                       mode: Literal["paper", "code"]) -> torch.Tensor:
     """D(Q(z, T), C): KL(C ‖ Q) batch mean (paper), or the code's −KLDivLoss(Q, C) on probabilities."""
     if mode == "paper":
-        return F.kl_div(F.log_softmax(logits / temperature, dim=1), consensus, reduction="batchmean")
+        return soft_target_kl(logits, consensus, temperature)
     # KLDivLoss()'s element-wise mean, written out (torch deprecates reduction="mean" for kl_div)
     return -(torch.xlogy(consensus, consensus) - consensus * F.softmax(logits / temperature, dim=1)).mean()
-
-
-def num_batches(n: int, batch_size: int, drop_last: bool) -> int:
-    """Batches of min(batch_size, n) in one pass over n samples (as :meth:`Context.batch_indices` cuts them)."""
-    size = min(batch_size, n)
-    return n // size if drop_last else math.ceil(n / size)
 
 
 @dataclass
@@ -118,8 +114,8 @@ class FedMD(ParameterAveraging[Consensus, Consensus]):
         train = self.ctx.config.training
         public_x = self.ctx.public_x
         assert public_x is not None
-        b = step.index % num_batches(client.data.num_samples, train.batch_size, train.drop_last)
-        if b >= num_batches(len(public_x), train.batch_size, train.drop_last):
+        b = step.index % batches_per_pass(client.data.num_samples, train.batch_size, train.drop_last)
+        if b >= batches_per_pass(len(public_x), train.batch_size, train.drop_last):
             return loss
         size = min(train.batch_size, len(public_x))
         _, public_logits = client.model(public_x[b * size:(b + 1) * size])
@@ -130,15 +126,12 @@ class FedMD(ParameterAveraging[Consensus, Consensus]):
     def soft_predictions(self, model: torch.nn.Module) -> torch.Tensor:
         """Q(z_pub, T) on the whole public set in its fixed order, eval mode, in evaluation chunks
         (:func:`~bench.engine.chunks.chunk_size`)."""
-        was_training = model.training
-        model.eval()
         public_x = self.ctx.public_x
         assert public_x is not None
-        size = chunk_size(model, public_x, self.ctx.config.evaluation.batch_size)
-        soft = torch.cat([F.softmax(model(public_x[s:s + size])[1] / self.params.temperature, dim=1)
-                          for s in range(0, len(public_x), size)])
-        model.train(was_training)
-        return soft
+        with eval_mode(model):
+            size = chunk_size(model, public_x, self.ctx.config.evaluation.batch_size)
+            return torch.cat([F.softmax(model(public_x[s:s + size])[1] / self.params.temperature, dim=1)
+                              for s in range(0, len(public_x), size)])
 
     def aggregate(self, round_index: int, server: Server[Consensus], updates: list[SoftUpdate]) -> None:  # type: ignore[override]
         server.state.consensus = torch.stack([u.soft for u in updates]).mean(0)

@@ -46,6 +46,7 @@ from bench.algorithms import register_algorithm
 from bench.algorithms.base import Algorithm
 from bench.algorithms.modes import ModeParams
 from bench.engine.aggregate import load_state, weighted_average
+from bench.engine.evaluation import eval_mode
 from bench.engine.loop import Loop
 from bench.engine.state import Client, NoState, Server
 from bench.engine.validation import ValidationSource, server_validation
@@ -107,24 +108,22 @@ def submodel_mask(reputation: float, importance: torch.Tensor, keep: Literal["sh
 @torch.no_grad()
 def filter_importance(model: nn.Module, filters: list[Filter], x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """Per filter, max(0, loss with the filter zeroed − loss), normalised to sum 100 (all zero: zeros)."""
-    was_training = model.training
-    model.eval()
     state = model.state_dict()
 
     def loss() -> float:
         return float(F.cross_entropy(model(x)[1], y))
 
-    base = loss()
-    scores = torch.zeros(len(filters), dtype=torch.float64)
-    for i, (weight, bias, channel) in enumerate(filters):
-        keys = _filter_keys(weight, bias)
-        saved = [state[k][channel].clone() for k in keys]
-        for k in keys:
-            state[k][channel] = 0
-        scores[i] = max(0.0, loss() - base)
-        for k, value in zip(keys, saved):
-            state[k][channel] = value
-    model.train(was_training)
+    with eval_mode(model):
+        base = loss()
+        scores = torch.zeros(len(filters), dtype=torch.float64)
+        for i, (weight, bias, channel) in enumerate(filters):
+            keys = _filter_keys(weight, bias)
+            saved = [state[k][channel].clone() for k in keys]
+            for k in keys:
+                state[k][channel] = 0
+            scores[i] = max(0.0, loss() - base)
+            for k, value in zip(keys, saved):
+                state[k][channel] = value
     return scores / scores.sum() * 100 if scores.sum() > 0 else scores
 
 

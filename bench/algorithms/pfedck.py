@@ -27,8 +27,8 @@ from torch import nn
 
 from bench.algorithms import register_algorithm
 from bench.algorithms.base import Algorithm, AlgorithmParams
-from bench.algorithms.fedakd import kd_loss
 from bench.engine.aggregate import load_state, weighted_average
+from bench.engine.distillation import kd_loss
 from bench.engine.loop import Loop, Step
 from bench.engine.state import Client, NoState, Server
 from bench.engine.vectors import flatten, state_keys

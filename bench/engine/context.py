@@ -16,6 +16,7 @@ from torch import nn
 
 from bench.config import ExperimentConfig
 from bench.engine.chunks import chunk_size
+from bench.engine.evaluation import eval_mode
 from bench.engine.ledger import Ledger
 from bench.engine.loop import Loop, LossGuard, Step
 from bench.engine.state import Client
@@ -166,14 +167,12 @@ class Context:
         mmapped: :func:`~bench.engine.chunks.chunk_size`)."""
         if len(y) == 0:
             return float("nan")
-        was_training = model.training
-        model.eval()
         correct = torch.zeros((), dtype=torch.int64, device=self.device)
-        size = chunk_size(model, x, self.config.evaluation.batch_size)
-        for start in range(0, len(y), size):
-            _, logits = model(x[start:start + size])
-            correct += (logits.argmax(1) == y[start:start + size]).sum()
-        model.train(was_training)
+        with eval_mode(model):
+            size = chunk_size(model, x, self.config.evaluation.batch_size)
+            for start in range(0, len(y), size):
+                _, logits = model(x[start:start + size])
+                correct += (logits.argmax(1) == y[start:start + size]).sum()
         return int(correct) / len(y)
 
     @torch.no_grad()
@@ -185,14 +184,12 @@ class Context:
         batches``). Eval mode."""
         if len(y) == 0:
             return float("nan")
-        was_training = model.training
-        model.eval()
         accuracies = []
-        for idx in epoch_batches(len(y), self.config.training.batch_size, drop_last, torch_stream(self.seed, *key),
-                                 self.device, epochs=1):
-            _, logits = model(x[idx])
-            accuracies.append(int((logits.argmax(1) == y[idx]).sum()) / len(idx))
-        model.train(was_training)
+        with eval_mode(model):
+            for idx in epoch_batches(len(y), self.config.training.batch_size, drop_last, torch_stream(self.seed, *key),
+                                     self.device, epochs=1):
+                _, logits = model(x[idx])
+                accuracies.append(int((logits.argmax(1) == y[idx]).sum()) / len(idx))
         return sum(accuracies) / len(accuracies)
 
     def client_order(self, round_index: int, count: int) -> list[int]:

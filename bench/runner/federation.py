@@ -20,7 +20,7 @@ from bench.data.partition import Partition, load_partition, partition_dataset
 from bench.data.prepared import PreparedDataset
 from bench.engine.chunks import chunk_size
 from bench.engine.context import Context
-from bench.engine.evaluation import Evaluation
+from bench.engine.evaluation import Evaluation, eval_mode
 from bench.engine.setup import configure_torch
 from bench.engine.state import Client, ClientData, Server
 from bench.errors import BenchError, Diverged
@@ -227,16 +227,14 @@ def evaluate(ctx: Context, algorithm: Algorithm, server: Server, clients: list[C
 def global_loss(ctx: Context, model: torch.nn.Module, data: list[ClientData]) -> float:
     """The model's mean cross-entropy over the union of the clients' train splits, in eval mode
     (``evaluation.global_train_loss``)."""
-    was_training = model.training
-    model.eval()
     total, count = torch.zeros((), dtype=torch.float64, device=ctx.device), 0
-    for client in data:
-        size = chunk_size(model, client.x, ctx.config.evaluation.batch_size)
-        for start in range(0, client.num_samples, size):
-            _, logits = model(client.x[start:start + size])
-            total += torch.nn.functional.cross_entropy(logits, client.y[start:start + size], reduction="sum")
-        count += client.num_samples
-    model.train(was_training)
+    with eval_mode(model):
+        for client in data:
+            size = chunk_size(model, client.x, ctx.config.evaluation.batch_size)
+            for start in range(0, client.num_samples, size):
+                _, logits = model(client.x[start:start + size])
+                total += torch.nn.functional.cross_entropy(logits, client.y[start:start + size], reduction="sum")
+            count += client.num_samples
     return float(total) / max(count, 1)
 
 

@@ -16,11 +16,12 @@ with ``import examples.plugins.codistill`` (or an ``fkd_bench.algorithms`` entry
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from pydantic import Field
 
 from bench.algorithms import register_algorithm
 from bench.algorithms.base import Algorithm, AlgorithmParams
+from bench.engine.distillation import kd_loss
+from bench.engine.evaluation import eval_mode
 from bench.engine.loop import Step
 from bench.engine.state import Client, NoState, Server
 
@@ -31,19 +32,11 @@ class CoDistillParams(AlgorithmParams):
     temperature: float = Field(2.0, gt=0, description="distillation temperature T")
 
 
-def distillation_loss(logits: torch.Tensor, consensus: torch.Tensor, temperature: float) -> torch.Tensor:
-    """T² · KL(softmax(z̄/T) ‖ softmax(z/T)), batch mean."""
-    return temperature ** 2 * F.kl_div(F.log_softmax(logits / temperature, dim=1),
-                                       F.softmax(consensus / temperature, dim=1), reduction="batchmean")
-
-
 @torch.no_grad()
 def upload(model: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
     """A client's logits on the public batch, in eval mode."""
-    model.eval()
-    _, logits = model(x)
-    model.train()
-    return logits
+    with eval_mode(model):
+        return model(x)[1]
 
 
 @register_algorithm("codistill")
@@ -70,4 +63,4 @@ class CoDistill(Algorithm[NoState, NoState]):
 
     def distill_step(self, step: Step, client: Client[NoState], x: torch.Tensor, consensus: torch.Tensor) -> torch.Tensor:
         _, logits = client.model(x)
-        return distillation_loss(logits, consensus, self.params.temperature)
+        return kd_loss(logits, consensus, self.params.temperature)
