@@ -63,8 +63,11 @@ def test_cffl_reputation_by_hand() -> None:
 def test_cffl_download_by_hand() -> None:
     """Code: g_k = u − (n_k/max n)·u_k, all of it; paper: the others' share u − (n_k/Σn)·u_k, its top q_k part."""
     aggregate, own = torch.tensor([1.0, -2.0, 0.5, 4.0]), torch.tensor([2.0, 0.0, 0.0, 4.0])
-    assert download(aggregate, own, 0.5, None).tolist() == [0.0, -2.0, 0.5, 2.0]
-    assert download(aggregate, own, 0.25, 0.5).tolist() == [0.0, -2.0, 0.0, 3.0]  # (.5 -2 .5 3): top 2
+    everything = download(aggregate, own, 0.5, None)
+    assert everything.indices is None and everything.dense().tolist() == [0.0, -2.0, 0.5, 2.0]  # sent whole
+    top = download(aggregate, own, 0.25, 0.5)  # (.5 -2 .5 3): its top 2, sent as positions and values
+    assert top.indices.tolist() == [1, 3] and top.values.tolist() == [-2.0, 3.0]
+    assert top.dense().tolist() == [0.0, -2.0, 0.0, 3.0]
 
 
 # -- CGSV ---------------------------------------------------------------------------------------------

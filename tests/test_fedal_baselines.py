@@ -109,9 +109,9 @@ def test_feddf_teacher_is_the_mean_of_the_received_models() -> None:
                                          training={"rounds": 1, "local_steps": 1}))
     algorithm, server, clients = result.state.algorithm, result.state.server, result.state.clients
     x = algorithm.ctx.public_x[:8]
-    from bench.engine.state import Update
+    from bench.engine.messages import Update
 
-    updates = [Update(c.cid, 1, {k: v.clone() for k, v in c.model.state_dict().items()}) for c in clients]
+    updates = [Update(c.cid, 1, {k: v.clone() for k, v in c.model.state_dict().items()}, None) for c in clients]
     expected = torch.stack([c.model.eval()(x)[1] for c in clients]).mean(0)
     assert torch.allclose(algorithm.ensemble_logits(server, updates, x), expected, atol=1e-6)
     assert len(server.state.models) == 2 and server.model is None  # two groups (CNN, MLP): no single global model

@@ -12,7 +12,7 @@ from torch import nn
 from bench.engine.aggregate import copy_state, load_state, state_tensors, weighted_average
 from bench.engine.distillation import kd_loss, soft_target_kl
 from bench.engine.evaluation import eval_mode
-from bench.engine.loop import Loop, Step, adversarial_loop, parameters
+from bench.engine.loop import Loop, Step, parameters
 from bench.engine.streams import NoiseStream, SharedBatches, batches_per_pass, epoch_batches
 from bench.errors import Diverged
 from bench.rng import torch_stream
@@ -155,33 +155,6 @@ def test_noise_stream_is_reproducible() -> None:
     assert torch.equal(a.batch(3), b.batch(3)) and a.batch(2).shape == (2, 5)
 
 
-def test_adversarial_loop_steps_each_side_with_its_own_optimiser() -> None:
-    """GAN-style turns: the discriminator's step moves only D, the generator's only G."""
-    g, d = nn.Linear(2, 3), nn.Linear(3, 1)
-    real = torch.ones(4, 3)
-    noise = NoiseStream(torch_stream(0, "z"), 2, torch.device("cpu"))
-    d_loop = Loop(torch.optim.SGD(d.parameters(), lr=0.1), parameters(d), 1, "discriminator", backward_inputs=True)
-    g_loop = Loop(torch.optim.SGD(g.parameters(), lr=0.1), parameters(g), 1, "generator", backward_inputs=True)
-    g_before = [p.clone() for p in g.parameters()]
-    calls: list[str] = []
-
-    def d_step(step: Step, _: int) -> torch.Tensor:
-        calls.append("d")
-        fake = g(noise.batch(4)).detach()
-        return F.softplus(-d(real)).mean() + F.softplus(d(fake)).mean()
-
-    def g_step(step: Step, _: int) -> torch.Tensor:
-        calls.append("g")
-        return F.softplus(-d(g(noise.batch(4)))).mean()
-
-    d_before = [p.clone() for p in d.parameters()]
-    d_loss, g_loss = adversarial_loop(range(3), d_loop, d_step, g_loop, g_step, d_steps=2)
-    assert calls == ["d", "d", "g"] * 3
-    assert all(not torch.equal(a, b) for a, b in zip(g_before, g.parameters()))
-    assert all(not torch.equal(a, b) for a, b in zip(d_before, d.parameters()))
-    assert d_loss > 0 and g_loss > 0
-
-
 class _WithHead(nn.Module):
     def __init__(self, seed: int) -> None:
         super().__init__()
@@ -222,7 +195,9 @@ def test_a_method_with_personal_parameters_keeps_each_clients_head(data_dir) -> 
     assert torch.equal(server.model.classifier.weight, initial.classifier.weight)  # never averaged
     heads = [c.model.classifier.weight.clone() for c in clients]
     assert not torch.equal(heads[0], heads[1])  # each client trains its own head
-    algorithm.broadcast(server, clients[0])
+    message = algorithm.broadcast(3, server, 0)
+    assert message.state and not any(k.startswith("classifier.") for k in message.state)  # never sent
+    algorithm.receive_broadcast(clients[0], message)
     assert torch.equal(clients[0].model.classifier.weight, heads[0])  # the broadcast leaves it alone
     body = [k for k in server.model.state_dict() if not k.startswith("classifier.")]
     assert all(torch.equal(clients[0].model.state_dict()[k], server.model.state_dict()[k]) for k in body)
@@ -344,14 +319,17 @@ def test_sequential_method_trains_clients_in_a_seeded_order_and_takes_in_each_up
 
     from bench.algorithms.base import Algorithm
     from bench.engine.context import Context
-    from bench.engine.state import Client, ClientData, NoState, Server, Update
+    from bench.engine.ledger import Ledger
+    from bench.engine.protocol import Metrics
+    from bench.engine.state import Client, ClientData, NoState, Server
+    from bench.runner.rounds import run_round
     from tests.conftest import small_config
 
     @dataclass
     class Seen(NoState):
         writers: tuple[int, ...] = ()
 
-    class Relay(Algorithm[Seen, Seen]):
+    class Relay(Algorithm[Seen, Seen, tuple[int, ...], int]):
         has_global_model = False
         ClientState = ServerState = Seen
         log: list[tuple[int, tuple[int, ...]]] = []
@@ -360,25 +338,29 @@ def test_sequential_method_trains_clients_in_a_seeded_order_and_takes_in_each_up
         def sequential(self) -> bool:
             return True
 
-        def broadcast(self, server: Server[Seen], client: Client[Seen]) -> None:
-            client.state.writers = server.state.writers
+        def broadcast(self, round_index: int, server: Server[Seen], cid: int) -> tuple[int, ...]:
+            return server.state.writers
 
-        def local_update(self, round_index: int, server: Server[Seen], client: Client[Seen]) -> tuple[Update, float]:
+        def receive_broadcast(self, client: Client[Seen], message: tuple[int, ...]) -> None:
+            client.state.writers = message
+
+        def local_update(self, round_index: int, client: Client[Seen]) -> tuple[int, float]:
             self.log.append((client.cid, client.state.writers))
-            return Update(client.cid, 1, {}), float(client.cid)
+            return client.cid, float(client.cid)
 
-        def receive(self, round_index: int, server: Server[Seen], update: Update) -> None:
-            server.state.writers = (*server.state.writers, update.cid)
+        def receive(self, round_index: int, server: Server[Seen], update: int) -> None:
+            server.state.writers = (*server.state.writers, update)
 
-        def aggregate(self, round_index: int, server: Server[Seen], updates: list[Update]) -> None:
-            self.aggregated[:] = [u.cid for u in updates]
+        def aggregate(self, round_index: int, server: Server[Seen], updates: list[int]) -> Metrics:
+            self.aggregated[:] = updates
+            return {}
 
     ctx = Context(small_config(), (2,), 2, torch.device("cpu"))
     relay = Relay(Relay.Params(), ctx)
     server = relay.init_server()
     data = ClientData(torch.zeros(1, 2), torch.zeros(1, dtype=torch.long), torch.zeros(0, 2), torch.zeros(0))
     clients = [Client(cid, data, nn.Linear(2, 2), Seen()) for cid in range(5)]
-    metrics = relay.run_round(4, server, clients)
+    metrics = run_round(relay, 4, server, clients, Ledger())
     order = ctx.client_order(4, 5)
     assert sorted(order) == list(range(5)) and order != list(range(5))  # a permutation, here not the id order
     assert [cid for cid, _ in relay.log] == order

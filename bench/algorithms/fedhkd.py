@@ -68,7 +68,9 @@ from bench.algorithms.base import AveragingParams, ParameterAveraging, with_mode
 from bench.engine.knowledge import (ClassStatistics, aggregate_class_statistics, class_statistics,
                                     feature_alignment, last_writer_class_statistics)
 from bench.engine.loop import Step
-from bench.engine.state import Client, NoState, Server, Update
+from bench.engine.messages import Update
+from bench.engine.protocol import Metrics
+from bench.engine.state import Client, NoState, Server
 from bench.rng import numpy_stream, torch_stream
 
 MODE_DEFAULTS: dict[str, dict[str, str]] = {
@@ -175,26 +177,21 @@ class Knowledge(NoState):
     knowledge: ClassStatistics | None = None
 
 
-@dataclass
-class KnowledgeUpdate(Update):
-    """A client's upload: its model and its local hyper-knowledge (h̃_i^j, q̄_i^j, N_i^j)."""
-
-    knowledge: ClassStatistics
-
-
 @register_algorithm("fedhkd")
-class FedHKD(ParameterAveraging[Knowledge, Knowledge]):
+class FedHKD(ParameterAveraging[Knowledge, Knowledge, ClassStatistics | None, ClassStatistics]):
+    """The broadcast carries the global hyper-knowledge (𝓗, 𝓠, N) besides the model, the update the client's
+    local hyper-knowledge (h̃_i^j, q̄_i^j, N_i^j)."""
+
     Params = FedHKDParams
     params: FedHKDParams
     ClientState = ServerState = Knowledge
     resident_models = 1  # Table 1: FedHKD holds one model
 
-    def broadcast(self, server: Server[Knowledge], client: Client[Knowledge]) -> None:
-        super().broadcast(server, client)
-        client.state.knowledge = server.state.knowledge
+    def broadcast_payload(self, round_index: int, server: Server[Knowledge], cid: int) -> ClassStatistics | None:
+        return server.state.knowledge
 
-    def broadcast_payload(self, server: Server[Knowledge], client: Client[Knowledge]) -> object:
-        return super().broadcast_payload(server, client), server.state.knowledge
+    def receive_payload(self, client: Client[Knowledge], payload: ClassStatistics | None) -> None:
+        client.state.knowledge = payload
 
     def local_loss(self, step: Step, client: Client[Knowledge], x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         features, logits = client.model(x)
@@ -210,11 +207,10 @@ class FedHKD(ParameterAveraging[Knowledge, Knowledge]):
             loss = loss + p.gamma * feature_alignment(features, y, knowledge, p.feat_dist, p.feat_norm)
         return loss
 
-    def local_update(self, round_index: int, server: Server[Knowledge],
-                     client: Client[Knowledge]) -> tuple[KnowledgeUpdate, float]:
-        update, loss = super().local_update(round_index, server, client)
-        return KnowledgeUpdate(update.cid, update.num_samples, update.state,
-                               self.local_knowledge(client, round_index)), loss
+    def local_update(self, round_index: int, client: Client[Knowledge]) -> tuple[Update[ClassStatistics], float]:
+        loss = self.ctx.local_train(client, round_index, self.local_loss)
+        return Update(client.cid, client.data.num_samples, client.model.state_dict(),
+                      self.local_knowledge(client, round_index)), loss
 
     def local_knowledge(self, client: Client[Knowledge], round_index: int) -> ClassStatistics:
         """The client's hyper-knowledge (h̃_i^j, q̄_i^j, N_i^j) of the classes it shares (§3.1–§3.3);
@@ -246,21 +242,22 @@ class FedHKD(ParameterAveraging[Knowledge, Knowledge]):
     def sequential(self) -> bool:
         return self.params.hk_update == "client"
 
-    def receive(self, round_index: int, server: Server[Knowledge], update: KnowledgeUpdate) -> None:  # type: ignore[override]
+    def receive(self, round_index: int, server: Server[Knowledge], update: Update[ClassStatistics]) -> None:
         """``hk_update: client``: the code's ``dict.update`` with this client's knowledge, at once (§3.9)."""
-        server.state.knowledge = last_writer_class_statistics([update.knowledge], server.state.knowledge)
+        server.state.knowledge = last_writer_class_statistics([update.payload], server.state.knowledge)
 
-    def aggregate(self, round_index: int, server: Server[Knowledge], updates: list[KnowledgeUpdate]) -> None:  # type: ignore[override]
+    def aggregate(self, round_index: int, server: Server[Knowledge], updates: list[Update[ClassStatistics]]) -> Metrics:
         super().aggregate(round_index, server, updates)
         if self.sequential():  # already taken in, client by client
-            return
-        local = [u.knowledge for u in updates]
+            return {}
+        local = [u.payload for u in updates]
         if self.params.hk_agg == "weighted":  # Eq. 9, recomputed every round
             server.state.knowledge = aggregate_class_statistics(local, "counts")
         else:  # the code's dict.update over a random client order, persisting across rounds
             order = numpy_stream(self.ctx.seed, "hk-order", round_index).permutation(len(local))
             server.state.knowledge = last_writer_class_statistics([local[i] for i in order], server.state.knowledge)
+        return {}
 
-    def extra_metrics(self, server: Server[Knowledge], clients: list[Client[Knowledge]]) -> dict[str, Any]:
+    def extra_metrics(self, server: Server[Knowledge], clients: list[Client[Knowledge]]) -> dict[str, float]:
         knowledge = server.state.knowledge
         return {"knowledge_classes": 0 if knowledge is None else int(knowledge.present.sum())}

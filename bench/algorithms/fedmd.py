@@ -42,7 +42,9 @@ from bench.engine.chunks import chunk_size
 from bench.engine.distillation import soft_target_kl
 from bench.engine.evaluation import eval_mode
 from bench.engine.loop import Step
-from bench.engine.state import Client, NoState, Server, Update
+from bench.engine.messages import Update
+from bench.engine.protocol import Metrics
+from bench.engine.state import Client, NoState, Server
 from bench.engine.streams import batches_per_pass
 from bench.errors import BenchError
 
@@ -70,13 +72,11 @@ class Consensus(NoState):
     consensus: torch.Tensor | None = None
 
 
-@dataclass
-class SoftUpdate(Update):
-    soft: torch.Tensor  # Q(z_pub, T): the client's soft predictions on the whole public set
-
-
 @register_algorithm("fedmd")
-class FedMD(ParameterAveraging[Consensus, Consensus]):
+class FedMD(ParameterAveraging[Consensus, Consensus, torch.Tensor | None, torch.Tensor]):
+    """The broadcast carries the consensus C besides the model, the update the client's soft predictions
+    Q(z_pub, T) on the whole public set."""
+
     Params = FedMDParams
     params: FedMDParams
     ClientState = ServerState = Consensus
@@ -93,17 +93,14 @@ class FedMD(ParameterAveraging[Consensus, Consensus]):
                              "train size)")
         return super().init_server()
 
-    def broadcast(self, server: Server[Consensus], client: Client[Consensus]) -> None:
-        super().broadcast(server, client)
-        client.state.consensus = server.state.consensus
+    def broadcast_payload(self, round_index: int, server: Server[Consensus], cid: int) -> torch.Tensor | None:
+        return server.state.consensus
 
-    def broadcast_payload(self, server: Server[Consensus], client: Client[Consensus]) -> object:
-        return super().broadcast_payload(server, client), server.state.consensus
+    def receive_payload(self, client: Client[Consensus], payload: torch.Tensor | None) -> None:
+        client.state.consensus = payload
 
-    def local_update(self, round_index: int, server: Server[Consensus],
-                     client: Client[Consensus]) -> tuple[SoftUpdate, float]:
-        update, loss = super().local_update(round_index, server, client)
-        return SoftUpdate(update.cid, update.num_samples, update.state, self.soft_predictions(client.model)), loss
+    def update_payload(self, client: Client[Consensus]) -> torch.Tensor:
+        return self.soft_predictions(client.model)
 
     def local_loss(self, step: Step, client: Client[Consensus], x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         _, logits = client.model(x)
@@ -133,6 +130,6 @@ class FedMD(ParameterAveraging[Consensus, Consensus]):
             return torch.cat([F.softmax(model(public_x[s:s + size])[1] / self.params.temperature, dim=1)
                               for s in range(0, len(public_x), size)])
 
-    def aggregate(self, round_index: int, server: Server[Consensus], updates: list[SoftUpdate]) -> None:  # type: ignore[override]
-        server.state.consensus = torch.stack([u.soft for u in updates]).mean(0)
-        super().aggregate(round_index, server, updates)
+    def aggregate(self, round_index: int, server: Server[Consensus], updates: list[Update[torch.Tensor]]) -> Metrics:
+        server.state.consensus = torch.stack([u.payload for u in updates]).mean(0)
+        return super().aggregate(round_index, server, updates)

@@ -23,10 +23,11 @@ from pydantic import Field
 from torch import nn
 
 from bench.algorithms import register_algorithm
-from bench.algorithms.base import AveragingParams, ParameterAveraging
+from bench.algorithms.base import AveragingParams, ModelAveraging
 from bench.algorithms.modes import ModeParams
 from bench.engine.loop import Step
-from bench.engine.state import Client, NoState, Server, Update
+from bench.engine.messages import Update
+from bench.engine.state import Client, NoState
 
 
 class FedMPRParams(ModeParams, AveragingParams):
@@ -56,7 +57,7 @@ def l2_penalty(params: list[torch.Tensor]) -> torch.Tensor:
 
 
 @register_algorithm("fedmpr")
-class FedMPR(ParameterAveraging[NoState, NoState]):
+class FedMPR(ModelAveraging[NoState, NoState]):
     Params = FedMPRParams
     params: FedMPRParams
 
@@ -71,9 +72,9 @@ class FedMPR(ParameterAveraging[NoState, NoState]):
         loss = F.cross_entropy(logits, y)
         return loss + p.weight_decay * l2_penalty(list(client.model.parameters())) if p.weight_decay else loss
 
-    def local_update(self, round_index: int, server: Server, client: Client) -> tuple[Update, float]:
+    def local_update(self, round_index: int, client: Client[NoState]) -> tuple[Update[None], float]:
         needs_rng = self.params.input_noise or self.params.dropout
         rng = self.ctx.stream("fedmpr-noise", client.cid, round_index) if needs_rng else None
         loss = self.ctx.local_train(client, round_index, self.local_loss, rng=rng)
         magnitude_prune(client.model, self.params.prune_fraction)
-        return Update(client.cid, client.data.num_samples, client.model.state_dict()), loss
+        return self.update(client), loss

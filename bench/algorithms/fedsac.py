@@ -34,7 +34,8 @@ global model and that aggregation with full masks.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
 import torch
@@ -48,8 +49,9 @@ from bench.algorithms.modes import ModeParams
 from bench.engine.aggregate import load_state, weighted_average
 from bench.engine.evaluation import eval_mode
 from bench.engine.loop import Loop
+from bench.engine.protocol import Exchange, Metrics, Phase, no_metrics, nothing
 from bench.engine.state import Client, NoState, Server
-from bench.engine.validation import ValidationSource, server_validation
+from bench.engine.validation import ValidationSource
 from bench.errors import BenchError
 
 
@@ -148,10 +150,40 @@ class FedSACServer(NoState):
     contribution: torch.Tensor | None = None  # c_k, measured before round 1
     reputation: torch.Tensor | None = None  # r_k
     importance: torch.Tensor | None = None  # the filters' importance at the last allocation
+    masks: dict[int, torch.Tensor] = field(default_factory=dict)  # each client's filters (none: all)
+
+
+@dataclass(frozen=True)
+class Contribution:
+    """A client's standalone accuracy c_k, sent once."""
+
+    accuracy: torch.Tensor
+
+
+@dataclass(frozen=True)
+class Submodel:
+    """A client's part of the global model: the state dict (un-kept filters zeroed where the method sends a
+    submodel) and the filters the client keeps (None: all)."""
+
+    state: dict[str, torch.Tensor]
+    mask: torch.Tensor | None
+
+
+@dataclass(frozen=True)
+class TrainedModel:
+    """A client's upload: its trained model and its train-split size."""
+
+    cid: int
+    state: dict[str, torch.Tensor]
+    num_samples: int
 
 
 @register_algorithm("fedsac")
-class FedSAC(Algorithm[FedSACClient, FedSACServer]):
+class FedSAC(Algorithm[FedSACClient, FedSACServer, Submodel, TrainedModel]):
+    """Before round 1 each client sends its contribution c_k. A round: the server (re)allocates the submodels, sends
+    each client its submodel to train and takes in the trained models; then it sends each client its submodel of
+    the new global model, its reward."""
+
     Params = FedSACParams
     params: FedSACParams
     ClientState = FedSACClient
@@ -159,7 +191,7 @@ class FedSAC(Algorithm[FedSACClient, FedSACServer]):
 
     # -- contribution --------------------------------------------------------------------------
 
-    def contribution(self, client: Client) -> float:
+    def contribution(self, client: Client[FedSACClient]) -> float:
         """c_k: the accuracy of the client's own model after ``contribution_epochs`` of training alone, as
         the Standalone method trains it (same init stream, batch streams and persistent optimiser)."""
         model = self.ctx.build_model("client", client.cid, name=self.ctx.architectures[client.cid])
@@ -187,41 +219,64 @@ class FedSAC(Algorithm[FedSACClient, FedSACServer]):
         first = self.params.allocation_round or (rounds // 2 + 1 if self.params.mode == "code" else int(0.75 * rounds) + 1)
         return round_index == first if self.params.allocation == "once" else round_index >= first
 
-    def run_round(self, round_index: int, server: Server[FedSACServer],
-                  clients: list[Client[FedSACClient]]) -> dict[str, float]:
+    def phases(self, round_index: int) -> Sequence[Phase[FedSACClient, FedSACServer]]:
+        return [Exchange(nothing, self.measure_contribution, self.allocate, who=self.unmeasured),
+                Exchange(self.broadcast, self.client_update, self.aggregate),
+                Exchange(self.reward, self.receive_reward, no_metrics)]
+
+    def unmeasured(self, server: Server[FedSACServer], cids: list[int]) -> list[int]:
+        """Every client before the contributions are known; nobody after."""
+        return cids if server.state.contribution is None else []
+
+    def measure_contribution(self, round_index: int, client: Client[FedSACClient],
+                             message: None) -> tuple[Contribution, Metrics]:
+        return Contribution(torch.tensor(self.contribution(client), dtype=torch.float64)), {}
+
+    def allocate(self, round_index: int, server: Server[FedSACServer], contributions: list[Contribution]) -> Metrics:
+        """The reputations from the contributions (once), then at an allocation round each client's filters by the
+        global model's filter importance on the server's validation set (code: the masks are dropped after it)."""
         assert server.model is not None
         state, p = server.state, self.params
-        if state.contribution is None:
-            state.contribution = torch.tensor([self.contribution(c) for c in clients], dtype=torch.float64)
+        if contributions:
+            state.contribution = torch.stack([c.accuracy for c in contributions])
             state.reputation = reputations(state.contribution, p.beta)
-        filters = conv_filters(server.model)
-        allocating = self.allocates(round_index)
-        if allocating:
-            x, y = server_validation(clients, p.validation)
-            state.importance = filter_importance(server.model, filters, x, y)
+        if self.allocates(round_index):
+            x, y = self.ctx.server_validation(p.validation)
+            state.importance = filter_importance(server.model, conv_filters(server.model), x, y)
             assert state.reputation is not None
-            for c in clients:
-                c.state.mask = submodel_mask(float(state.reputation[c.cid]), state.importance, p.keep)
+            k = self.ctx.config.partition.num_clients
+            state.masks = {cid: submodel_mask(float(state.reputation[cid]), state.importance, p.keep)
+                           for cid in range(k)}
         elif p.allocation == "once":
-            for c in clients:
-                c.state.mask = None
-        full = torch.ones(len(filters), dtype=torch.bool)
-        masks = [c.state.mask if c.state.mask is not None else full for c in clients]
-        global_state = {k: v.clone() for k, v in server.model.state_dict().items()}
-        uploads, losses = [], []
-        for client, mask in zip(clients, masks):
-            losses.append(self.train(round_index, client, global_state, filters, mask))
-            uploads.append({k: v.clone() for k, v in client.model.state_dict().items()})
-        self.aggregate_submodels(server, uploads, masks, [float(c.data.num_samples) for c in clients], filters)
-        for client, mask in zip(clients, masks):  # the reward: the client's submodel of the new global model
-            load_state(client.model, apply_mask(server.model.state_dict(), filters, mask))
-        return {"train_loss": sum(losses) / len(losses)}
+            state.masks = {}
+        return {}
 
-    def train(self, round_index: int, client: Client[FedSACClient], global_state: dict[str, torch.Tensor],
-              filters: list[Filter], mask: torch.Tensor) -> float:
+    def submodel(self, server: Server[FedSACServer], cid: int, train: bool) -> Submodel:
+        """Client ``cid``'s submodel of the global model: un-kept filters zeroed, unless it is for training and the
+        client trains the full model with the code's freezing (``train: layer_freeze``)."""
+        assert server.model is not None
+        mask = server.state.masks.get(cid)
+        state = server.model.state_dict()
+        if mask is None or (train and self.params.train == "layer_freeze"):
+            return Submodel(state, mask)
+        return Submodel(apply_mask(state, conv_filters(server.model), mask), mask)
+
+    def broadcast(self, round_index: int, server: Server[FedSACServer], cid: int) -> Submodel:
+        return self.submodel(server, cid, train=True)
+
+    def client_update(self, round_index: int, client: Client[FedSACClient],
+                      message: Submodel) -> tuple[TrainedModel, Metrics]:
+        client.state.mask = message.mask
+        loss = self.train(round_index, client, message)
+        return TrainedModel(client.cid, {k: v.clone() for k, v in client.model.state_dict().items()},
+                            client.data.num_samples), {"train_loss": loss}
+
+    def train(self, round_index: int, client: Client[FedSACClient], submodel: Submodel) -> float:
         """Local training of the client's submodel (paper) or of the global model with the code's freezing."""
         model = client.model
-        load_state(model, apply_mask(global_state, filters, mask) if self.params.train == "submodel" else global_state)
+        load_state(model, submodel.state)
+        filters = conv_filters(model)
+        mask = submodel.mask if submodel.mask is not None else torch.ones(len(filters), dtype=torch.bool)
         handles, frozen = [], []
         if not bool(mask.all()):
             modules = dict(model.named_modules())
@@ -246,15 +301,18 @@ class FedSAC(Algorithm[FedSACClient, FedSACServer]):
                 param.requires_grad_(True)
 
     @torch.no_grad()
-    def aggregate_submodels(self, server: Server, uploads: list[dict[str, torch.Tensor]], masks: list[torch.Tensor],
-                            sizes: list[float], filters: list[Filter]) -> None:
+    def aggregate(self, round_index: int, server: Server[FedSACServer], updates: list[TrainedModel]) -> Metrics:
         assert server.model is not None
+        filters = conv_filters(server.model)
+        full = torch.ones(len(filters), dtype=torch.bool)
+        masks = [server.state.masks.get(u.cid, full) for u in updates]
+        uploads, sizes = [u.state for u in updates], [float(u.num_samples) for u in updates]
         if self.params.aggregate == "masked_mean":  # the code: conv/fc weights and biases, uniform, zeros included
             keys = [k for k, _ in server.model.named_parameters()
                     if not isinstance(dict(server.model.named_modules())[k.rsplit(".", 1)[0]], nn.BatchNorm2d)]
             masked = [apply_mask(u, filters, m) for u, m in zip(uploads, masks)]
             load_state(server.model, weighted_average(masked, [1.0] * len(masked), keys), strict=False)
-            return
+            return {}
         new = weighted_average(uploads, sizes)
         current = server.model.state_dict()
         for i, (weight, bias, channel) in enumerate(filters):
@@ -264,6 +322,15 @@ class FedSAC(Algorithm[FedSACClient, FedSACServer]):
                 new[key][channel] = (sum(sizes[j] / total * uploads[j][key][channel] for j in holders) if holders
                                      else current[key][channel])
         load_state(server.model, new)
+        return {}
+
+    def reward(self, round_index: int, server: Server[FedSACServer], cid: int) -> Submodel:
+        """The client's submodel of the new global model."""
+        return self.submodel(server, cid, train=False)
+
+    def receive_reward(self, round_index: int, client: Client[FedSACClient], reward: Submodel) -> tuple[None, Metrics]:
+        load_state(client.model, reward.state)
+        return None, {}
 
     def client_records(self, server: Server[FedSACServer], clients: list[Client[FedSACClient]]) -> dict[str, dict[int, float]]:
         out: dict[str, dict[int, float]] = {
