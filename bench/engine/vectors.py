@@ -77,14 +77,15 @@ class SparseVector:
 
 def largest_entries(vector: torch.Tensor, count: int) -> SparseVector:
     """The ``count`` largest-magnitude entries of ``vector``; every entry whose magnitude equals the ``count``-th
-    largest is kept too (the released code's ``abs >= topk(...)[-1]``). ``count`` ≤ 0 keeps none, ``count`` ≥ the
-    length all of them (sent without positions)."""
+    largest is kept too (the released code's ``abs >= topk(...)[-1]``), and entries that are 0 need not be sent
+    (-0.0 is, so that the dense vector is the same bit for bit). ``count`` ≤ 0 keeps none, ``count`` ≥ the length
+    all of them (sent without positions)."""
     if count <= 0:
         return SparseVector(torch.zeros(0, dtype=torch.int32, device=vector.device), vector[:0].clone(), vector.numel())
     if count >= vector.numel():
         return SparseVector(None, vector.clone(), vector.numel())
     magnitude = vector.abs()
-    kept = magnitude >= torch.topk(magnitude, count).values[-1]
+    kept = (magnitude >= torch.topk(magnitude, count).values[-1]) & ((vector != 0) | torch.signbit(vector))
     return SparseVector(kept.nonzero().flatten().to(torch.int32), vector[kept], vector.numel())
 
 
