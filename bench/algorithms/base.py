@@ -19,7 +19,7 @@ split); :meth:`Algorithm.evaluations` declares which models are evaluated on whi
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, ClassVar, Generic, Literal, TypeVar
+from typing import ClassVar, Generic, Literal, TypeVar
 
 import torch
 import torch.nn.functional as F
@@ -207,14 +207,6 @@ class Algorithm(Generic[ClientStateT, ServerStateT, DownT, UpT]):
         the reward each client received (a reputation, a download share, a sub-model size): metric ->
         client id -> value, for this round's ``clients``."""
         return {}
-
-
-def with_mode_defaults(data: Any, defaults: dict[str, dict[str, Any]]) -> Any:
-    """Raw parameters with the switches their ``mode`` (default ``paper``) sets filled in under the ones given
-    explicitly: the ``mode: paper|code`` of a method whose released code differs from its paper."""
-    if isinstance(data, dict) and data.get("mode", "paper") in defaults:
-        return {**defaults[data.get("mode", "paper")], **data}
-    return data
 
 
 class AveragingParams(AlgorithmParams):

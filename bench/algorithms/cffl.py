@@ -27,12 +27,13 @@ Defaults θ_u = 0.5, clip 5.0, c_th = 0.05, α = 1 [P Table 6]. The global model
 """
 from __future__ import annotations
 
-from typing import Any, ClassVar, Literal
+from typing import Literal
 
 import torch
 from pydantic import Field
 
 from bench.algorithms import register_algorithm
+from bench.algorithms.readings import reading
 from bench.algorithms.rewards import RewardedClient, RewardedClients, RewardParams, Reputations, VectorUpload
 from bench.engine.aggregate import copy_state
 from bench.engine.protocol import Metrics
@@ -42,15 +43,16 @@ from bench.engine.vectors import (SparseVector, clip_norm, largest_fraction, loa
 
 
 class CFFLParams(RewardParams):
-    MODE_DEFAULTS: ClassVar[dict[str, dict[str, Any]]] = {
-        "paper": {"start": "own", "data": "train", "validation": "split", "download": "reputation"},
-        "code": {"start": "global", "data": "all", "validation": "head", "download": "size"},
-    }
+    """CFFL's hyperparameters (Table 6) and its readings."""
+
     upload_fraction: float = Field(0.5, gt=0, le=1, description="θ_u: share of the update's entries uploaded")
     clip_norm: float = Field(5.0, gt=0, description="L2 bound of a client's update")
     threshold: float = Field(0.05, ge=0, description="c_th: reputation below which a client leaves")
     alpha: float = Field(1.0, gt=0, description="α of the sinh reputation mapping")
-    download: Literal["reputation", "size"] = "reputation"
+    download: Literal["reputation", "size"] = reading(
+        "reputation", "size", "a client's reward: the top q_k = r_k/max r share of the others' aggregate "
+        "u − (n_k/Σn)·u_k, added to the personal model; or all of u − (n_k/max n)·u_k, the personal model becoming "
+        "its trained copy of w_g + u_k + that (§4 [C])")
 
 
 def reputation_update(reputation: torch.Tensor, accuracy: torch.Tensor, alpha: float, threshold: float) -> torch.Tensor:

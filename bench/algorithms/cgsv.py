@@ -8,28 +8,21 @@ with the ⌊q_k·D⌋ largest-magnitude entries of u, q_k = tanh(β·r_k) / max_
 degree; :func:`reward_count`) — so the better a client's update aligns with the federation's, the more of
 the aggregate it gets. ``reward_share`` records q_k per client and round.
 
-``mode`` [C: FedAKD's ``cgsv.py``; P/I: the spec's summary of the paper]:
-
-    switch     paper                                     code
-    aggregate  reputation: u = Σ_k r_k·Δ_k               mean: u = (1/K)Σ_k Δ_k (equal weights)
-    keys       parameters                                state: the whole state dict, BN buffers and the
-                                                         integer num_batches_tracked included, as the code
-                                                         flattens it
-    reward     own: the personal model before training   trained: the locally trained copy of the global
-               moves by its reward only (its local       model + its reward; w_g ← w_g + u
-               update reaches it through u)
-    start/data/validation  see bench.algorithms.rewards (code: a copy of the global model, all local data)
+``mode: code`` is FedAKD's ``cgsv.py`` [C], ``paper`` the spec's summary of the paper [P/I]: the switches of
+:class:`CGSVParams` (the aggregate's weights, the update's entries, what the reward is added to) and those of
+:mod:`bench.algorithms.rewards` (code: a copy of the global model, all local data).
 
 Defaults α = 0.9, β (altruism) = 1, sparse rewards [P Table 6; "BETA = 2.0" of Table 6 is unused by the code].
 """
 from __future__ import annotations
 
-from typing import Any, ClassVar, Literal
+from typing import Literal
 
 import torch
 from pydantic import Field
 
 from bench.algorithms import register_algorithm
+from bench.algorithms.readings import reading
 from bench.algorithms.rewards import RewardedClient, RewardedClients, RewardParams, Reputations, VectorUpload
 from bench.engine.protocol import Metrics
 from bench.engine.state import Client, Server
@@ -38,18 +31,19 @@ from bench.engine.vectors import (SparseVector, largest_entries, load_vector, mo
 
 
 class CGSVParams(RewardParams):
-    MODE_DEFAULTS: ClassVar[dict[str, dict[str, Any]]] = {
-        "paper": {"start": "own", "data": "train", "validation": "split", "aggregate": "reputation",
-                  "keys": "parameters", "reward": "own"},
-        "code": {"start": "global", "data": "all", "validation": "head", "aggregate": "mean",
-                 "keys": "state", "reward": "trained"},
-    }
+    """CGSV's hyperparameters (Table 6) and its readings."""
+
     alpha: float = Field(0.9, ge=0, le=1, description="α: weight of the old reputation in the moving average")
     altruism: float = Field(1.0, gt=0, description="β: the altruism degree in tanh(β·r)")
     sparse: bool = Field(True, description="reward with the top-q_k share of u (false: all of u)")
-    aggregate: Literal["reputation", "mean"] = "reputation"
-    keys: Literal["parameters", "state"] = "parameters"
-    reward: Literal["own", "trained"] = "own"
+    aggregate: Literal["reputation", "mean"] = reading(
+        "reputation", "mean", "u = Σ_k r_k·Δ_k; or u = (1/K)Σ_k Δ_k (equal weights)")
+    keys: Literal["parameters", "state"] = reading(
+        "parameters", "state", "the update's entries: the parameters; or the whole state dict, BN buffers and the "
+        "integer num_batches_tracked included, as the code flattens it")
+    reward: Literal["own", "trained"] = reading(
+        "own", "trained", "what the reward is added to: the personal model before training (its local update "
+        "reaches it through u); or the locally trained copy of the global model, w_g ← w_g + u")
 
 
 def cosine_values(deltas: list[torch.Tensor], aggregate: torch.Tensor) -> torch.Tensor:

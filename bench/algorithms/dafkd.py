@@ -35,30 +35,10 @@ D̂^g overwrite them — on the digits proxy, whose generated samples are far fr
 distilled model more than its updates gain, see pipelines/dafkd/README.md). E counts epochs or steps as the
 run's ``training`` section says (A1).
 
-``mode: code`` switches to the released code's behaviour (§1.7); an explicitly given switch wins:
-
-    switch            paper          code       what (§1.7, §1.8)
-    local_gan         always         early      §1.7.2: the adversarial term only in rounds 1-3 and the generator
-                                                step only in rounds 1-5, both only in local epochs 1-5; the
-                                                generator's forward still runs (its BatchNorm statistics and the
-                                                extractor's move as in the code; here before the classifier
-                                                step's update rather than after it)
-    adv_loss          joint          separate   §1.7.4: Eq. 2's one mean over real and fake, or BCE(real) + BCE(fake)
-    gradient_penalty  0              0.3        §1.7.4: λ·mean((‖∇_x̃ f(x̃)‖₂ over dim 1 − 1)²), x̃ = u·x + (1−u)·x̂
-    head              personal       shared     §1.7.3, A10: one head that each client continues in turn (the
-                                                clients train one after another in a seeded order)
-    distill_gen       post_round     pre_round  §1.7.6, A9: D̂^g from θ_{t+1}^g, or from the round's θ_t^g
-    teacher           probabilities  logits     §1.7.8, A8: Σ α̂ softmax(z/τ), or softmax(Σ α̂ z / τ)
-    kd_reduction      batchmean      mean       §1.7.8: KL summed over classes, or KLDivLoss 'mean' (÷ C too)
-    distill_schedule  constant       plateau    §1.7.9: ReduceLROnPlateau(0.2, patience 2) on the running mean
-                                                distillation loss, per distillation epoch
-    local_schedule    constant       plateau    §1.6: the same on the client's optimiser per local epoch, on the
-                                                running mean of each epoch's last-batch cross-entropy (as coded)
-    server_bn         eval           train      §1.7.12, A11: client models in eval mode for α̂ and the teacher,
-                                                or in train mode (batch statistics; their buffers untouched)
-
-The code's hyperparameters (lr 1e-4 local and distillation, no weight decay on the classifier, 1e-4 on the
-generator) are the run's: the suite's code row sets them. The code's other protocol differences — its
+``mode: code`` switches to the released code's behaviour (§1.7, §1.8): the ten switches of :class:`DaFKDParams`,
+each with its paper and code value; the code's local update is :class:`ReleasedLocalGAN`, apart from the paper's
+(:class:`LocalGAN`). The code's hyperparameters (lr 1e-4 local and distillation, no weight decay on the
+classifier, 1e-4 on the generator) are the run's: the suite's code row sets them. The code's other protocol differences — its
 Dirichlet-partitioned, ``drop_last`` test loaders (§1.7.15), binarised MNIST-type images (A15), the
 2-D noise bug (§1.7.16) — are not reproduced. Every run logs the diagnostics of §6 R10 and §7: the
 accuracy on the test set of the α̂-weighted and of the uniform ensemble of the round's client models
@@ -73,7 +53,7 @@ import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, Literal
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
@@ -82,7 +62,8 @@ from torch import nn
 from torch.func import functional_call
 
 from bench.algorithms import register_algorithm
-from bench.algorithms.base import AveragingParams, ParameterAveraging, with_mode_defaults
+from bench.algorithms.base import AveragingParams, ParameterAveraging
+from bench.algorithms.readings import ModeParams, reading
 from bench.engine.aggregate import copy_state, load_state, weighted_average
 from bench.engine.distillation import soft_target_kl
 from bench.engine.evaluation import Evaluation
@@ -100,19 +81,10 @@ ENSEMBLE_ACC = Evaluation("ensemble_acc", "method", "global_test")
 UNIFORM_ENSEMBLE_ACC = Evaluation("uniform_ensemble_acc", "method", "global_test")
 PRE_KD_ACC = Evaluation("pre_kd_acc", "method", "global_test")
 
-MODE_DEFAULTS: dict[str, dict[str, Any]] = {
-    "paper": {"local_gan": "always", "adv_loss": "joint", "gradient_penalty": 0.0, "head": "personal",
-              "distill_gen": "post_round", "teacher": "probabilities", "kd_reduction": "batchmean",
-              "distill_schedule": "constant", "local_schedule": "constant", "server_bn": "eval"},
-    "code": {"local_gan": "early", "adv_loss": "separate", "gradient_penalty": 0.3, "head": "shared",
-             "distill_gen": "pre_round", "teacher": "logits", "kd_reduction": "mean",
-             "distill_schedule": "plateau", "local_schedule": "plateau", "server_bn": "train"},
-}
-"""The switches each ``mode`` sets unless given explicitly (paper: §1.4 profile P; code: §1.7)."""
+class DaFKDParams(ModeParams, AveragingParams):
+    """DaFKD's hyperparameters (§1.4 profile P, A4, A5), the variants of Table 3, and the paper's and the released
+    code's readings (§1.7)."""
 
-
-class DaFKDParams(AveragingParams):
-    mode: Literal["paper", "code"] = Field("paper", description="defaults of the switches: paper or released code")
     correlation: Literal["discriminator", "uniform"] = Field(
         "discriminator", description="α̂ from the domain discriminators (Eq. 7), or 1/K_t (DaFKD^no-correlation)")
     sharing: Literal["shared", "separate"] = Field(
@@ -132,24 +104,36 @@ class DaFKDParams(AveragingParams):
     distill_epochs: int = Field(40, ge=1, description="passes over them per round (A5: 1,600 steps)")
     distill_batch_size: int | None = Field(None, ge=1, description="generated samples per batch (None: training.batch_size)")
     skip_first_distill: bool = Field(True, description="no distillation in round 1 (A25)")
-    local_gan: Literal["always", "early"] = "always"
-    adv_loss: Literal["joint", "separate"] = "joint"
-    gradient_penalty: float = Field(0.0, ge=0, description="λ of the code's gradient penalty (0: none)")
-    head: Literal["personal", "shared"] = "personal"
-    distill_gen: Literal["post_round", "pre_round"] = "post_round"
-    teacher: Literal["probabilities", "logits"] = "probabilities"
-    kd_reduction: Literal["batchmean", "mean"] = "batchmean"
-    distill_schedule: Literal["constant", "plateau"] = "constant"
-    local_schedule: Literal["constant", "plateau"] = "constant"
-    server_bn: Literal["eval", "train"] = "eval"
+    local_gan: Literal["always", "early"] = reading(
+        "always", "early", "§1.7.2: the adversarial term and the generator step in every batch; or the adversarial "
+        "term only in rounds 1-3 and the generator step only in rounds 1-5, both only in local epochs 1-5 (the "
+        "generator's forward still runs)")
+    adv_loss: Literal["joint", "separate"] = reading(
+        "joint", "separate", "§1.7.4: Eq. 2's one mean over real and fake; or BCE(real) + BCE(fake)")
+    gradient_penalty: float = reading(
+        0.0, 0.3, "§1.7.4: λ of the code's penalty λ·mean((‖∇_x̃ f(x̃)‖₂ over dim 1 − 1)²), x̃ = u·x + (1−u)·x̂ "
+        "(0: none)", ge=0)
+    head: Literal["personal", "shared"] = reading(
+        "personal", "shared", "§1.7.3, A10: each client's own domain head; or one head that each client continues in "
+        "turn (the clients train one after another in a seeded order)")
+    distill_gen: Literal["post_round", "pre_round"] = reading(
+        "post_round", "pre_round", "§1.7.6, A9: D̂^g from the aggregated θ_{t+1}^g; or from the round's θ_t^g")
+    teacher: Literal["probabilities", "logits"] = reading(
+        "probabilities", "logits", "§1.7.8, A8: Σ α̂ softmax(z/τ); or softmax(Σ α̂ z / τ)")
+    kd_reduction: Literal["batchmean", "mean"] = reading(
+        "batchmean", "mean", "§1.7.8: the KL summed over classes; or KLDivLoss 'mean' (÷ C too)")
+    distill_schedule: Literal["constant", "plateau"] = reading(
+        "constant", "plateau", "§1.7.9: a constant distillation learning rate; or ReduceLROnPlateau(0.2, patience 2) "
+        "on the running mean distillation loss, per distillation epoch")
+    local_schedule: Literal["constant", "plateau"] = reading(
+        "constant", "plateau", "§1.6: a constant client learning rate; or the same scheduler on the client's "
+        "optimiser between local epochs, on the running mean of each epoch's last-batch cross-entropy (as coded)")
+    server_bn: Literal["eval", "train"] = reading(
+        "eval", "train", "§1.7.12, A11: the client models in eval mode for α̂ and the teacher; or in train mode "
+        "(batch statistics; their buffers untouched)")
     student_bn_stats: Literal["distilled", "averaged"] = Field(
         "distilled", description="the student's BatchNorm running statistics after distillation: as its train-mode "
                                  "forwards on D̂^g left them (§1.7.12, A11, [C]), or ŵ's averaged ones restored")
-
-    @model_validator(mode="before")
-    @classmethod
-    def _mode_defaults(cls, data: Any) -> Any:
-        return with_mode_defaults(data, MODE_DEFAULTS)
 
     @model_validator(mode="after")
     def _one_head_needs_the_shared_extractor(self) -> DaFKDParams:
@@ -592,8 +576,9 @@ class DaFKD(ParameterAveraging[DaFKDClient, DaFKDServer, GeneratorBroadcast, Dom
             domain.append(torch.cat(client_domain) if needs_domain else torch.zeros(len(samples), device=samples.device))
         return torch.stack(logits), torch.stack(domain)
 
-    def _run(self, template: nn.Module, state: dict[str, torch.Tensor], x: torch.Tensor) -> Any:
-        """``template`` with the parameters and buffers of ``state`` on x: in eval mode, or (``server_bn:
+    def _run(self, template: nn.Module, state: dict[str, torch.Tensor],
+             x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``template``'s (features, logits) with the parameters and buffers of ``state`` on x: in eval mode, or (``server_bn:
         train``) with batch statistics and copies of the running buffers, so that no upload changes."""
         if self.params.server_bn == "eval":
             template.eval()

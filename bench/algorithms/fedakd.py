@@ -17,14 +17,8 @@ KD(student; teacher, S) = τ²·KL(softmax(z_t/τ) ‖ softmax(z_s/τ)), the bat
 ``training.optimizer``, Adam in the paper's suite, §0.3); the client's G→L optimiser is reset each round
 unless the config makes it persistent.
 
-``mode`` sets two switches (an explicitly given one wins):
-
-    switch   paper                         code (the released fedack.py, which made the tables, §1.4)
-    order    paper: G→L, select, L→G,      code: L→G on last round's I_k (round 1: all of D_k, teacher the
-             aggregate (Algorithm 1)       untrained w_k = w_g), aggregate, then G→L from the new w_g, select
-    data     train: D_k = the train split  train_and_test: D_k = train + local test split, so G→L and the
-                                           selection see the test data the global model is scored on
-                                           (§0.8, leakage); aggregation weights |D_k| count both
+``mode: code`` is the released fedack.py, which made the paper's tables (§1.4): its two switches, the round's
+``order`` and the ``data`` D_k, are declared on :class:`FedAKDParams`.
 
 The ablations of Table 4 (§1.7) are switches of the same method: ``selection: all`` (All-Data: L→G over
 all of D_k), ``global_to_local: false`` (Single-Dist: no G→L; w_k ← w_g each round, so I_k is selected
@@ -40,7 +34,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any, ClassVar, Literal
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
@@ -49,7 +43,7 @@ from torch import nn
 
 from bench.algorithms import register_algorithm
 from bench.algorithms.base import Algorithm
-from bench.algorithms.modes import ModeParams
+from bench.algorithms.readings import ModeParams, reading
 from bench.engine.aggregate import load_state, weighted_average
 from bench.engine.chunks import chunk_size
 from bench.engine.distillation import kd_loss
@@ -61,15 +55,17 @@ from bench.engine.state import Client, NoState, Server
 
 
 class FedAKDParams(ModeParams):
-    MODE_DEFAULTS: ClassVar[dict[str, dict[str, Any]]] = {
-        "paper": {"order": "paper", "data": "train"},  # Algorithm 1 (§1.3)
-        "code": {"order": "code", "data": "train_and_test"},  # the released fedack.py (§1.4)
-    }
+    """FedAKD's hyperparameters (Table 6), the ablations of Table 4, and the paper's and the code's readings."""
+
     alpha: float = Field(1.0, ge=0, description="α, weight of KD in global→local distillation (Eq. 2)")
     beta: float = Field(1.0, ge=0, description="β, weight of KD in local→global distillation (Eq. 5)")
     temperature: float = Field(1.0, gt=0, description="τ of the KD softmaxes (Table 6 T)")
-    order: Literal["paper", "code"] = "paper"
-    data: Literal["train", "train_and_test"] = "train"
+    order: Literal["paper", "code"] = reading(
+        "paper", "code", "the round: G→L, select, L→G, aggregate (Algorithm 1); or L→G on last round's I_k (round 1: "
+        "all of D_k, teacher the untrained w_k = w_g), aggregate, then G→L from the new w_g and select (§1.4)")
+    data: Literal["train", "train_and_test"] = reading(
+        "train", "train_and_test", "D_k: the train split; or train + local test split, so G→L and the selection see "
+        "the test data the global model is scored on (§0.8, leakage), and the weights |D_k| count both")
     selection: Literal["correct", "all"] = Field("correct", description="L→G data: I_k, or all of D_k (All-Data)")
     global_to_local: bool = Field(True, description="Step 1; false: w_k ← w_g instead (Single-Dist)")
     weighting: Literal["data", "correct"] = Field("data", description="aggregation weights |D_k|, or |I_k| "

@@ -20,12 +20,13 @@ Defaults: upload 0.5, base 0.3, α = 0.9, β = 1 [P Table 6].
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar, Literal
+from typing import Literal
 
 import torch
 from pydantic import Field
 
 from bench.algorithms import register_algorithm
+from bench.algorithms.readings import reading
 from bench.algorithms.rewards import RewardedClient, RewardedClients, RewardParams, Reputations, VectorUpload
 from bench.engine.aggregate import load_state
 from bench.engine.protocol import Metrics
@@ -34,15 +35,17 @@ from bench.engine.vectors import largest_fraction, load_vector, model_vector, st
 
 
 class FedAVEParams(RewardParams):
-    MODE_DEFAULTS: ClassVar[dict[str, dict[str, Any]]] = {
-        "paper": {"start": "own", "data": "train", "validation": "split", "keys": "floats"},
-        "code": {"start": "global", "data": "train", "validation": "head", "keys": "state"},
-    }
+    """FedAVE's hyperparameters (Table 6) and its readings."""
+
+    data: Literal["train", "all"] = Field("train", description="what a client trains on and is scored on: its train "
+                                                               "split (the paper's and FedAVE's code alike, §4 [C])")
     upload_fraction: float = Field(0.5, gt=0, le=1, description="share of the update's entries uploaded")
     base: float = Field(0.3, ge=0, le=1, description="DOWNLOAD_FRAC_BASE: the share every client gets at r = 0")
     alpha: float = Field(0.9, ge=0, le=1, description="α: weight of the old reputation in the moving average")
     beta: float = Field(1.0, gt=0, description="β in tanh(β·r)")
-    keys: Literal["floats", "state"] = "floats"
+    keys: Literal["floats", "state"] = reading(
+        "floats", "state", "the update's entries: the floating state entries; or the whole state dict, "
+        "num_batches_tracked included, as the code flattens it")
 
 
 def reputation_update(reputation: torch.Tensor, scores: torch.Tensor, alpha: float) -> torch.Tensor:

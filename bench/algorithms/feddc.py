@@ -11,21 +11,20 @@ uploads θ + h_k (BN buffers as trained) and how much g_k moved; the server take
 steps and η the learning rate, and the server's g moves by Σ_k (n_k/Σn)(g_k^new − g_k^old) [I: the code's
 per-client rescaling of α and g by n_k·K/Σn is left out, all clients weighed as equal].
 
-``mode``: ``paper`` has the correction; ``code`` (FedAKD's ``feddc.py``, §4 [C]) has none (``correction:
-false``). α = 1, h_k = 0 at the start [P Table 6]. FedAKD's script computes FedDC's CF against random
+``mode: code`` (FedAKD's ``feddc.py``, §4 [C]) has no correction (the switch of :class:`FedDCParams`). α = 1, h_k = 0 at the start [P Table 6]. FedAKD's script computes FedDC's CF against random
 numbers (§0.9); here CF is a statistic of the suite, computed the same way for every method.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal
+from typing import Literal
 
 import torch
 from pydantic import Field
 
 from bench.algorithms import register_algorithm
 from bench.algorithms.base import AveragingParams, ParameterAveraging
-from bench.algorithms.modes import ModeParams
+from bench.algorithms.readings import ModeParams, reading
 from bench.engine.loop import Step
 from bench.engine.messages import ModelBroadcast, Update
 from bench.engine.protocol import Metrics
@@ -33,9 +32,10 @@ from bench.engine.state import Client, NoState, Server
 
 
 class FedDCParams(ModeParams, AveragingParams):
-    MODE_DEFAULTS: ClassVar[dict[str, dict[str, Any]]] = {"code": {"correction": False}}
+    """FedDC's hyperparameters (Table 6) and its reading of the code."""
+
     alpha: float = Field(1.0, ge=0, description="α of the drift penalty")
-    correction: bool = Field(True, description="the gradient-correction term ⟨θ, g − g_k⟩ (code: false)")
+    correction: bool = reading(True, False, "the gradient-correction term ⟨θ, g − g_k⟩; or none")
     weighting: Literal["samples", "uniform"] = "uniform"
 
 

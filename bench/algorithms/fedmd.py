@@ -19,10 +19,8 @@ Readings (the released code, specs/fedhkd.md §4 [C], where the paper is silent)
 * b is the batch's index within its local epoch; public batches have the private batch size and the
   config's ``drop_last``, and a private batch whose index has no public batch gets no distillation
   term (the code's ``if idx == batch_idx`` loop over the public loader);
-* ``mode: paper`` (default): D = KL(C_b ‖ Q_b), batch mean; λ_md = 0.05.
-* ``mode: code``: D = −``KLDivLoss()``(Q_b, C_b) with the probabilities (not log-probabilities) as
-  input and the element-wise mean, i.e. −mean(C_b·(log C_b − Q_b)); λ_md defaults to the code's
-  hard-coded 0.1. Not reproduced: the code's public set of 1000 images drawn with replacement from
+* D = KL(C_b ‖ Q_b), batch mean; λ_md = 0.05. ``mode: code`` takes the code's D and λ_md (the switches of
+  :class:`FedMDParams`). Not reproduced: the code's public set of 1000 images drawn with replacement from
   the global test set (an algorithm sees no test data — only the federation's evaluation does — and
   using it would leak the evaluation set); set ``public.size: 1000`` for the code's size. Nor is the
   code's skipping of gradient clipping in distillation rounds (clipping is the engine's, every round).
@@ -38,6 +36,7 @@ from pydantic import Field
 
 from bench.algorithms import register_algorithm
 from bench.algorithms.base import AveragingParams, ParameterAveraging
+from bench.algorithms.readings import ModeParams, reading
 from bench.engine.chunks import chunk_size
 from bench.engine.distillation import soft_target_kl
 from bench.engine.evaluation import eval_mode
@@ -49,20 +48,29 @@ from bench.engine.streams import batches_per_pass
 from bench.errors import BenchError
 
 
-class FedMDParams(AveragingParams):
-    mode: Literal["paper", "code"] = Field("paper", description="paper: KL(C‖Q); code: the released code's loss")
-    lambda_md: float | None = Field(None, ge=0, description="distillation weight λ_md; None: 0.05 (paper), "
-                                                             "0.1 (code)")
+class FedMDParams(ModeParams, AveragingParams):
+    """FedMD's hyperparameters as the FedHKD paper runs it, and the released code's readings (§4 [C])."""
+
+    lambda_md: float = reading(0.05, 0.1, "distillation weight λ_md (the code's hard-coded 0.1)", ge=0,
+                               omitted=("paper", "code"), as_null=True)
+    distance: Literal["kl", "negated_kldivloss"] = reading(
+        "kl", "negated_kldivloss", "D(Q, C): KL(C ‖ Q), batch mean; or −KLDivLoss()(Q, C) with the probabilities "
+        "(not log-probabilities) as input and the element-wise mean, −mean(C·(log C − Q))", omitted=("paper", "code"))
     temperature: float = Field(0.5, gt=0, description="softmax temperature T of the soft predictions")
 
 
-def distillation_loss(logits: torch.Tensor, consensus: torch.Tensor, temperature: float,
-                      mode: Literal["paper", "code"]) -> torch.Tensor:
-    """D(Q(z, T), C): KL(C ‖ Q) batch mean (paper), or the code's −KLDivLoss(Q, C) on probabilities."""
-    if mode == "paper":
-        return soft_target_kl(logits, consensus, temperature)
-    # KLDivLoss()'s element-wise mean, written out (torch deprecates reduction="mean" for kl_div)
+def distillation_loss(logits: torch.Tensor, consensus: torch.Tensor, temperature: float) -> torch.Tensor:
+    """D(Q(z, T), C) = KL(C ‖ Q), batch mean."""
+    return soft_target_kl(logits, consensus, temperature)
+
+
+def code_distillation_loss(logits: torch.Tensor, consensus: torch.Tensor, temperature: float) -> torch.Tensor:
+    """The code's D: −KLDivLoss()(Q, C) on probabilities, KLDivLoss's element-wise mean written out (torch deprecates
+    reduction="mean" for kl_div)."""
     return -(torch.xlogy(consensus, consensus) - consensus * F.softmax(logits / temperature, dim=1)).mean()
+
+
+DISTANCES = {"kl": distillation_loss, "negated_kldivloss": code_distillation_loss}
 
 
 @dataclass
@@ -80,12 +88,6 @@ class FedMD(ParameterAveraging[Consensus, Consensus, torch.Tensor | None, torch.
     Params = FedMDParams
     params: FedMDParams
     ClientState = ServerState = Consensus
-
-    @property
-    def lambda_md(self) -> float:
-        if self.params.lambda_md is not None:
-            return self.params.lambda_md
-        return 0.05 if self.params.mode == "paper" else 0.1
 
     def init_server(self) -> Server[Consensus]:
         if self.ctx.public_x is None:
@@ -116,8 +118,9 @@ class FedMD(ParameterAveraging[Consensus, Consensus, torch.Tensor | None, torch.
             return loss
         size = min(train.batch_size, len(public_x))
         _, public_logits = client.model(public_x[b * size:(b + 1) * size])
-        return loss + self.lambda_md * distillation_loss(public_logits, consensus[b * size:(b + 1) * size],
-                                                         self.params.temperature, self.params.mode)
+        distance = DISTANCES[self.params.distance]
+        return loss + self.params.lambda_md * distance(public_logits, consensus[b * size:(b + 1) * size],
+                                                       self.params.temperature)
 
     @torch.no_grad()
     def soft_predictions(self, model: torch.nn.Module) -> torch.Tensor:

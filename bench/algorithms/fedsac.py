@@ -16,18 +16,10 @@ the filter's weights and bias are zeroed, clipped at 0 and normalised to sum 100
 and gives client k its ``keep`` most important filters (:func:`submodel_mask`: code ⌊r_k⌋ filters, paper
 ⌊r_k·N/100⌋; at least 1). The mask is the client's reward, typed client state, recorded as ``submodel_share``.
 
-    switch       paper [I]                                 code [C]
-    allocation   every round from ``allocation_round``     once, at ``allocation_round`` (null: the
-                 on (null: Table 6's mid_round 15 of 20,   code's ⌊R/2⌋ + 1)
-                 0-based: ⌊0.75·R⌋ + 1)
-    train        the client's submodel (global with its    the full global model, each conv layer frozen
-                 un-kept filters zeroed), gradients of     whole iff its *last* filter is un-kept (the
-                 un-kept filters masked to 0               code's requires_grad bug)
-    aggregate    dynamic: each filter over the clients     the mean over all clients of conv/fc weights
-                 holding it (data-size weights), every     and biases, un-kept filters as zeros; BN never
-                 other entry over all clients              aggregated (the global BN stays at its init)
-    reward       the client's model is its submodel of     every client is evaluated with the global model
-                 the new global model                      (``evaluation.local_model: global``)
+The paper's reading [I] allocates every round from the first allocation on, trains each client's submodel and
+aggregates each filter over the clients holding it; its reward is the client's submodel of the new global model.
+The code's [C] switches are declared on :class:`FedSACParams`; the code evaluates every client with the global
+model (``evaluation.local_model: global``, the suite's setting).
 
 Between allocations (before the first, and in code mode after it) a round is plain local training of the
 global model and that aggregation with full masks.
@@ -36,7 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
@@ -45,7 +37,7 @@ from torch import nn
 
 from bench.algorithms import register_algorithm
 from bench.algorithms.base import Algorithm
-from bench.algorithms.modes import ModeParams
+from bench.algorithms.readings import ModeParams, reading
 from bench.engine.aggregate import load_state, weighted_average
 from bench.engine.evaluation import eval_mode
 from bench.engine.loop import Loop
@@ -56,24 +48,34 @@ from bench.errors import BenchError
 
 
 class FedSACParams(ModeParams):
-    MODE_DEFAULTS: ClassVar[dict[str, dict[str, Any]]] = {
-        "paper": {"allocation": "every", "train": "submodel", "aggregate": "dynamic", "keep": "share",
-                  "validation": "split", "contribution_split": "validation"},
-        "code": {"allocation": "once", "train": "layer_freeze", "aggregate": "masked_mean", "keep": "count",
-                 "validation": "head", "contribution_split": "test"},
-    }
+    """FedSAC's hyperparameters (Table 6) and its readings (paper [I], code [C])."""
+
     beta: float = Field(2.0, ge=0, description="β of the reputation mapping exp(β·c)")
     contribution_epochs: int = Field(20, ge=1, description="epochs of standalone training that measure c_k")
     contribution_lr_factor: float = Field(1.0, gt=0, description="its learning rate, × training.optimizer.lr (the "
                                                                   "Standalone run's ratio: 0.1 in FedAKD's suite)")
-    allocation_round: int | None = Field(None, ge=1, description="first allocation round (null: code ⌊R/2⌋ + 1, "
-                                                                  "paper ⌊0.75·R⌋ + 1)")
-    allocation: Literal["once", "every"] = "every"
-    train: Literal["submodel", "layer_freeze"] = "submodel"
-    aggregate: Literal["dynamic", "masked_mean"] = "dynamic"
-    keep: Literal["share", "count"] = "share"
-    validation: ValidationSource = "split"
-    contribution_split: Literal["validation", "test"] = "validation"
+    allocation_round: int | None = Field(None, ge=1, description="first allocation round (null: as "
+                                                                  "first_allocation says)")
+    first_allocation: Literal["three_quarters", "half"] = reading(
+        "three_quarters", "half", "the first allocation round when allocation_round is null: ⌊0.75·R⌋ + 1 (Table 6's "
+        "mid_round 15 of 20, 0-based); or the code's ⌊R/2⌋ + 1", omitted=("paper", "code"))
+    allocation: Literal["once", "every"] = reading(
+        "every", "once", "allocate every round from the first allocation on; or once, at it")
+    train: Literal["submodel", "layer_freeze"] = reading(
+        "submodel", "layer_freeze", "what a client trains: its submodel (the global model with its un-kept filters "
+        "zeroed), the un-kept filters' gradients masked to 0; or the full global model, each conv layer frozen whole "
+        "iff its last filter is un-kept (the code's requires_grad bug)")
+    aggregate: Literal["dynamic", "masked_mean"] = reading(
+        "dynamic", "masked_mean", "each filter averaged over the clients holding it (data-size weights), every other "
+        "entry over all clients; or the mean over all clients of conv/fc weights and biases, un-kept filters as "
+        "zeros, BN never aggregated (the global BN stays at its init)")
+    keep: Literal["share", "count"] = reading(
+        "share", "count", "a client's filters: its ⌊r_k·N/100⌋ most important; or its ⌊r_k⌋ most important")
+    validation: ValidationSource = reading(
+        "split", "head", "the server's validation set: the clients' validation splits; or the first 10 % of each "
+        "client's train split")
+    contribution_split: Literal["validation", "test"] = reading(
+        "validation", "test", "where c_k is measured: the client's validation split; or its local test split")
 
 
 Filter = tuple[str, str | None, int]  # (weight key, bias key or None, output channel) of one convolution filter
@@ -213,10 +215,10 @@ class FedSAC(Algorithm[FedSACClient, FedSACServer, Submodel, TrainedModel]):
     # -- a round ---------------------------------------------------------------------------------
 
     def allocates(self, round_index: int) -> bool:
-        """An allocation round: from ``allocation_round`` on (paper), or only then (code); by default the code's
-        ⌊R/2⌋ + 1 in code mode and Table 6's mid_round 15 of 20 (0-based), ⌊0.75·R⌋ + 1, in paper mode."""
+        """An allocation round: from the first allocation on (``allocation: every``), or only then (``once``)."""
         rounds = self.ctx.config.training.rounds
-        first = self.params.allocation_round or (rounds // 2 + 1 if self.params.mode == "code" else int(0.75 * rounds) + 1)
+        first = self.params.allocation_round or (int(0.75 * rounds) + 1 if self.params.first_allocation == "three_quarters"
+                                                 else rounds // 2 + 1)
         return round_index == first if self.params.allocation == "once" else round_index >= first
 
     def phases(self, round_index: int) -> Sequence[Phase[FedSACClient, FedSACServer]]:

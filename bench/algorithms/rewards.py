@@ -8,16 +8,8 @@ the client starts from it), the client trains and uploads its update (:class:`Ve
 method sparsifies it), the server aggregates, scores and computes each client's reward; then it sends each
 client its reward (a :class:`~bench.engine.vectors.SparseVector`), which the client adds to its model.
 
-Switches every such method has, with the defaults its ``mode`` sets (``paper``: the method as published,
-on the train split; ``code``: FedAKD's released scripts, §4 [C]):
-
-    start       own: a client trains its personal model       global: a copy of the global model (the
-                                                              personal model is rebuilt from it each round)
-    data        train: trains on, and is scored on, the      all: trains on all its local data (train and
-                train split and the local test split          local test splits) and is scored on it (CFFL,
-                                                              CGSV [C], §0.8); FedAVE [C] uses ``train``
-    validation  split: the clients' validation splits        head: the first 10 % of each client's train
-                (``partition.validation_fraction``)          split, which it also trains on (§2.5 [C])
+Every such method has the switches of :class:`RewardParams` (``paper``: the method as published, on the train
+split; ``code``: FedAKD's released scripts, §4 [C]).
 """
 from __future__ import annotations
 
@@ -30,7 +22,7 @@ import torch
 from torch import nn
 
 from bench.algorithms.base import Algorithm
-from bench.algorithms.modes import ModeParams
+from bench.algorithms.readings import ModeParams, reading
 from bench.engine.aggregate import load_state
 from bench.engine.evaluation import LOCAL_ACC, Evaluation
 from bench.engine.messages import ModelBroadcast
@@ -41,9 +33,17 @@ from bench.engine.vectors import SparseVector, load_vector, model_vector
 
 
 class RewardParams(ModeParams):
-    start: Literal["own", "global"] = "own"
-    data: Literal["train", "all"] = "train"
-    validation: ValidationSource = "split"
+    """The switches every gradient-reward method has."""
+
+    start: Literal["own", "global"] = reading(
+        "own", "global", "what a client trains: its personal model; or a copy of the global model (the personal "
+        "model is rebuilt from it each round)")
+    data: Literal["train", "all"] = reading(
+        "train", "all", "what a client trains on and is scored on: its train split (and its local test split); or "
+        "all its local data, train and local test splits (§0.8)")
+    validation: ValidationSource = reading(
+        "split", "head", "the server's validation set: the clients' validation splits (partition.validation_fraction); "
+        "or the first 10 % of each client's train split, which it also trains on (§2.5 [C])")
 
 
 @dataclass
