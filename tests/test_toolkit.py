@@ -329,7 +329,15 @@ def test_sequential_method_trains_clients_in_a_seeded_order_and_takes_in_each_up
     class Seen(NoState):
         writers: tuple[int, ...] = ()
 
-    class Relay(Algorithm[Seen, Seen, tuple[int, ...], int]):
+    @dataclass
+    class Writers:
+        cids: tuple[int, ...]
+
+    @dataclass
+    class Written:
+        cid: int
+
+    class Relay(Algorithm[Seen, Seen, Writers, Written]):
         has_global_model = False
         ClientState = ServerState = Seen
         log: list[tuple[int, tuple[int, ...]]] = []
@@ -338,21 +346,21 @@ def test_sequential_method_trains_clients_in_a_seeded_order_and_takes_in_each_up
         def sequential(self) -> bool:
             return True
 
-        def broadcast(self, round_index: int, server: Server[Seen], cid: int) -> tuple[int, ...]:
-            return server.state.writers
+        def broadcast(self, round_index: int, server: Server[Seen], cid: int) -> Writers:
+            return Writers(server.state.writers)
 
-        def receive_broadcast(self, client: Client[Seen], message: tuple[int, ...]) -> None:
-            client.state.writers = message
+        def receive_broadcast(self, client: Client[Seen], message: Writers) -> None:
+            client.state.writers = message.cids
 
-        def local_update(self, round_index: int, client: Client[Seen]) -> tuple[int, float]:
+        def local_update(self, round_index: int, client: Client[Seen]) -> tuple[Written, float]:
             self.log.append((client.cid, client.state.writers))
-            return client.cid, float(client.cid)
+            return Written(client.cid), float(client.cid)
 
-        def receive(self, round_index: int, server: Server[Seen], update: int) -> None:
-            server.state.writers = (*server.state.writers, update)
+        def receive(self, round_index: int, server: Server[Seen], update: Written) -> None:
+            server.state.writers = (*server.state.writers, update.cid)
 
-        def aggregate(self, round_index: int, server: Server[Seen], updates: list[int]) -> Metrics:
-            self.aggregated[:] = updates
+        def aggregate(self, round_index: int, server: Server[Seen], updates: list[Written]) -> Metrics:
+            self.aggregated[:] = [u.cid for u in updates]
             return {}
 
     ctx = Context(small_config(), (2,), 2, torch.device("cpu"))

@@ -28,14 +28,15 @@ from pydantic import BaseModel, ConfigDict, Field
 from bench.engine.aggregate import load_state, weighted_average
 from bench.engine.context import Context
 from bench.engine.evaluation import CLIENT_GLOBAL_ACC, GLOBAL_ACC, LOCAL_ACC, VAL_ACC, Evaluation
+from bench.engine.ledger import Message
 from bench.engine.loop import Step
 from bench.engine.messages import ModelBroadcast, Update
 from bench.engine.protocol import Exchange, Metrics, Phase
 from bench.engine.state import Client, ClientStateT, NoState, Server, ServerStateT
 from bench.errors import BenchError
 
-DownT = TypeVar("DownT")  # what the server broadcasts to a client
-UpT = TypeVar("UpT")  # what a client sends back after its local update
+DownT = TypeVar("DownT", bound=Message)  # what the server broadcasts to a client
+UpT = TypeVar("UpT", bound=Message)  # what a client sends back after its local update
 DownP = TypeVar("DownP")  # the payload of a parameter-averaging method's broadcast, besides the model
 UpP = TypeVar("UpP")  # the payload of its update, besides the model
 

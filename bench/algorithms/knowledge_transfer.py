@@ -31,13 +31,14 @@ import torch
 from pydantic import Field
 
 from bench.algorithms.base import Algorithm, AlgorithmParams
+from bench.engine.ledger import Message
 from bench.engine.loop import Loop, Step
 from bench.engine.protocol import Exchange, Lockstep, Metrics, Phase
 from bench.engine.state import Client, ClientStateT, Server, ServerStateT
 from bench.errors import BenchError
 
-UploadT = TypeVar("UploadT")  # what a client sends for a public batch
-ReplyT = TypeVar("ReplyT")  # what the server answers each client
+UploadT = TypeVar("UploadT", bound=Message)  # what a client sends for a public batch
+ReplyT = TypeVar("ReplyT", bound=Message)  # what the server answers each client
 
 
 class TransferParams(AlgorithmParams):

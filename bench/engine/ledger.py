@@ -17,13 +17,24 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any, ClassVar, Protocol, Union
 
 import torch
 from torch import nn
 
 
+class DataclassInstance(Protocol):
+    """Any dataclass instance (what ``dataclasses.is_dataclass`` accepts)."""
+
+    __dataclass_fields__: ClassVar[dict[str, dataclasses.Field[Any]]]
+
+
+Message = Union[DataclassInstance, torch.Tensor, None]
+"""What crosses between a client and the server: a dataclass of typed fields, a tensor, or None (nothing)."""
+
+
 def payload_bytes(message: object) -> int:
-    """The bytes ``message`` takes on the wire (module docstring)."""
+    """The bytes ``message`` (a :data:`Message`, or any value inside one) takes on the wire (module docstring)."""
     wire = getattr(message, "wire_bytes", None)
     if callable(wire):
         return int(wire())
@@ -48,11 +59,11 @@ class Ledger:
     upload: int = 0
     download: int = 0
 
-    def up(self, message: object) -> None:
+    def up(self, message: Message) -> None:
         """One client sent ``message`` to the server."""
         self.upload += payload_bytes(message)
 
-    def down(self, message: object) -> None:
+    def down(self, message: Message) -> None:
         """The server sent ``message`` to one client."""
         self.download += payload_bytes(message)
 

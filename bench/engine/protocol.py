@@ -21,13 +21,14 @@ from typing import Any, Generic, TypeVar, Union
 
 import torch
 
+from bench.engine.ledger import Message
 from bench.engine.loop import Loop, Step
 from bench.engine.state import Client, ClientStateT, Server, ServerStateT
 
-D = TypeVar("D")  # what the server sends each client
-U = TypeVar("U")  # what each client sends the server
+D = TypeVar("D", bound=Message)  # what the server sends each client
+U = TypeVar("U", bound=Message)  # what each client sends the server
 O = TypeVar("O")  # what a client keeps of its forward pass on a public batch (never sent)
-R = TypeVar("R")  # the server's answer to each client in a lockstep iteration
+R = TypeVar("R", bound=Message)  # the server's answer to each client in a lockstep iteration
 
 Metrics = dict[str, float]
 """Named values of a round (a loss, a diagnostic) for its records."""
