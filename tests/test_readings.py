@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import pytest
 
-from bench.algorithms import algorithm_names, get_algorithm
+from bench.algorithms import get_algorithm
 from bench.algorithms.fedhkd import FedHKDParams
 from bench.algorithms.fedmd import FedMDParams
 from bench.algorithms.readings import ModeParams, readings_table
+from tests.test_communication import shipped_methods
 
-WITH_MODES = sorted(name for name in algorithm_names() if issubclass(get_algorithm(name).Params, ModeParams))
+WITH_MODES = sorted(name for name in shipped_methods() if issubclass(get_algorithm(name).Params, ModeParams))
 
 
 def test_the_methods_whose_code_differs_declare_their_switches() -> None:

@@ -17,12 +17,12 @@ import torch
 from torch import nn
 
 import examples.plugins.codistill  # noqa: F401  (registers "codistill")
-from bench.algorithms import Algorithm, AlgorithmParams, algorithm_names, get_algorithm
+from bench.algorithms import Algorithm, AlgorithmParams, get_algorithm
 from bench.engine.context import Context
 from bench.engine.ledger import Ledger
 from bench.engine.protocol import Exchange, Lockstep
 from bench.runner import federation
-from tests.test_communication import CASES
+from tests.test_communication import CASES, shipped_methods
 
 CONTAINERS = (dict, list, tuple, set, frozenset, Mapping, Sequence)
 NAMED = (torch.Tensor, nn.Module)  # what a string-keyed dict may hold: a state dict, named models
@@ -103,7 +103,7 @@ def field_problems(obj: object, where: str) -> list[str]:
 
 
 def algorithm_classes() -> list[type[Algorithm]]:
-    return [get_algorithm(name) for name in [*algorithm_names(), "codistill"]]
+    return [get_algorithm(name) for name in sorted(shipped_methods())]
 
 
 def test_the_state_guard_refuses_untyped_and_string_keyed_fields() -> None:
