@@ -1,13 +1,11 @@
 """The architecture's promises that code review alone would miss: the rooms import each other in one
-direction only, and no method state travels in string-keyed dicts."""
+direction only (that no method state travels untyped is tests/test_typed_state.py)."""
 from __future__ import annotations
 
 import ast
-import re
 from pathlib import Path
 
 import networkx as nx
-import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "bench"
 # The rooms from the ground up (docs/architecture.md); a room may import only rooms to its left.
@@ -97,12 +95,6 @@ def test_no_bench_module_imports_a_paper_plug_in() -> None:
                 offenders += [(path.name, node.value) for paper in papers if f"pipelines/{paper}" in node.value
                               or f"{paper}/paper.py" in node.value]
     assert offenders == []
-
-
-@pytest.mark.parametrize("path", sorted((PACKAGE / "algorithms").glob("*.py")) + sorted((PACKAGE / "engine").glob("*.py")),
-                         ids=lambda p: p.name)
-def test_no_method_state_in_string_keyed_extra_dicts(path: Path) -> None:
-    assert not re.search(r"\.extra\b|extra\[|extra: dict", path.read_text())
 
 
 def test_importing_bench_pins_portable_cpu_kernels() -> None:

@@ -292,7 +292,7 @@ def test_fedprox_proximal_term_by_hand() -> None:
     method = FedProx(FedProxParams(mu=0.3), ctx)
     server = method.init_server()
     client = Client(0, ClientData(*(torch.zeros(0),) * 4), ctx.build_model("client", 0), method.init_client_state(0))
-    method.broadcast(server, client)
+    method.receive_broadcast(client, method.broadcast(1, server, 0))
     with torch.no_grad():
         for p in client.model.parameters():
             p.add_(0.5)  # every weight moves by 0.5 from the global model
@@ -322,6 +322,7 @@ class _InfParameters(FedAvg):
         if round_index == 2:
             with torch.no_grad():
                 next(server.model.parameters()).view(-1)[0] = float("inf")
+        return {}
 
 
 def test_non_finite_parameters_fail_the_run(data_dir: Path) -> None:

@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from bench.algorithms.fedal import (adversarial_gradients, adversarial_term, discriminator_loss, discriminator_round,
-                                    DiscriminatorState, kd_loss, lf_loss, payoffs, teacher_distribution)
+                                    DiscriminatorState, lf_loss, payoffs, teacher_distribution)
 from bench.experiment import build_config
 from bench.models import assign_architectures, build_model
 from bench.runner.executor import RunRequest, run_experiment
@@ -47,15 +47,9 @@ class Identity(nn.Module):
 # -- the loss terms, by hand ---------------------------------------------------------------------------
 
 
-def test_kd_loss_is_kl_with_the_target_first() -> None:
-    """𝒦([½, ½] ‖ ψ([0, ln 3])) = ½ ln(½ / ¼) + ½ ln(½ / ¾) = ½ ln(4/3)."""
-    value = kd_loss(torch.tensor([[0.5, 0.5]]), torch.tensor([[0.0, math.log(3)]]), 1.0)
-    assert value.item() == pytest.approx(0.5 * math.log(4 / 3), abs=1e-6)
-
-
 def test_lf_term_is_kl_from_the_frozen_snapshot_at_its_temperature() -> None:
-    """r at E = 2: ψ([0, 2 ln 3] / 2) = [¼, ¾] against ψ([0, 0]) = [½, ½]: ¼ ln ½ + ¾ ln(3/2)."""
-    value = lf_loss(torch.tensor([[0.0, 2 * math.log(3)]]), torch.tensor([[0.0, 0.0]]), 2.0)
+    """r at E = 2: ψ([0, 2 ln 3] / 2) = [¼, ¾] against ψ([0, 0]) = [½, ½]: ¼ ln ½ + ¾ ln(3/2), no E² factor."""
+    value = lf_loss(torch.tensor([[0.0, 0.0]]), torch.tensor([[0.0, 2 * math.log(3)]]), 2.0)
     assert value.item() == pytest.approx(0.25 * math.log(0.5) + 0.75 * math.log(1.5), abs=1e-6)
 
 

@@ -46,8 +46,12 @@ from torch.func import functional_call
 
 from bench.algorithms import register_algorithm
 from bench.algorithms.base import AveragingParams, ParameterAveraging
+from bench.engine.distillation import soft_target_kl
+from bench.engine.evaluation import eval_mode
 from bench.engine.loop import Loop, Step
-from bench.engine.state import Client, NoState, Server, Update
+from bench.engine.messages import Update
+from bench.engine.protocol import Metrics
+from bench.engine.state import Client, NoState, Server
 from bench.engine.streams import NoiseStream
 from bench.errors import BenchError
 from bench.models import build_model
@@ -119,13 +123,11 @@ class FedGenClient(NoState):
     label_counts: torch.Tensor | None = None
 
 
-@dataclass
-class LabelCountUpdate(Update):
-    label_counts: torch.Tensor  # c_{u,y}, starting at 1 for every label
-
-
 @register_algorithm("fedgen")
-class FedGen(ParameterAveraging[FedGenClient, GeneratorState]):
+class FedGen(ParameterAveraging[FedGenClient, GeneratorState, nn.Module, torch.Tensor]):
+    """The broadcast carries the generator G_w besides the model, the update the label counts c_{u,y} (starting at
+    1 for every label)."""
+
     Params = FedGenParams
     params: FedGenParams
     ClientState = FedGenClient
@@ -156,22 +158,20 @@ class FedGen(ParameterAveraging[FedGenClient, GeneratorState]):
 
     # -- client ---------------------------------------------------------------------------------
 
-    def broadcast(self, server: Server[GeneratorState], client: Client[FedGenClient]) -> None:
-        super().broadcast(server, client)
-        client.state.generator = server.state.generator
+    def broadcast_payload(self, round_index: int, server: Server[GeneratorState], cid: int) -> nn.Module:
+        assert server.state.generator is not None
+        return server.state.generator
 
-    def broadcast_payload(self, server: Server[GeneratorState], client: Client[FedGenClient]) -> object:
-        return super().broadcast_payload(server, client), server.state.generator
+    def receive_payload(self, client: Client[FedGenClient], payload: nn.Module) -> None:
+        client.state.generator = payload
 
-    def local_update(self, round_index: int, server: Server[GeneratorState],
-                     client: Client[FedGenClient]) -> tuple[LabelCountUpdate, float]:
+    def local_update(self, round_index: int, client: Client[FedGenClient]) -> tuple[Update[torch.Tensor], float]:
         assert client.state.generator is not None
         client.state.generator.eval()
         client.state.label_counts = torch.ones(self.ctx.num_classes, device=self.ctx.device)
         loss = self.ctx.local_train(client, round_index, self.local_loss,
                                     rng=self.ctx.stream("fedgen-client", client.cid, round_index))
-        update = LabelCountUpdate(client.cid, client.data.num_samples, client.model.state_dict(),
-                                  client.state.label_counts)
+        update = Update(client.cid, client.data.num_samples, client.model.state_dict(), client.state.label_counts)
         client.state.generator = client.state.label_counts = None
         return update, loss
 
@@ -190,7 +190,7 @@ class FedGen(ParameterAveraging[FedGenClient, GeneratorState]):
             target = F.softmax(head(generator(noise.batch(len(y)), y)), dim=1)
             y_gen = torch.randint(self.ctx.num_classes, (p.gen_batch_size,), generator=step.rng).to(self.ctx.device)
             latents = generator(noise.batch(len(y_gen)), y_gen)
-        latent_kl = F.kl_div(F.log_softmax(logits, dim=1), target, reduction="batchmean")
+        latent_kl = soft_target_kl(logits, target, 1.0)
         gen_ce = F.cross_entropy(head(latents), y_gen)
         gen_ratio = p.gen_batch_size / self.ctx.config.training.batch_size
         return (loss + gen_ratio * kd_weight(p.alpha, p.kd_decay, t) * gen_ce
@@ -198,23 +198,21 @@ class FedGen(ParameterAveraging[FedGenClient, GeneratorState]):
 
     # -- server ---------------------------------------------------------------------------------
 
-    def aggregate(self, round_index: int, server: Server[GeneratorState], updates: list[LabelCountUpdate]) -> None:  # type: ignore[override]
+    def aggregate(self, round_index: int, server: Server[GeneratorState], updates: list[Update[torch.Tensor]]) -> Metrics:
         self.train_generator(round_index, server, updates)
-        super().aggregate(round_index, server, updates)
+        return super().aggregate(round_index, server, updates)
 
-    def train_generator(self, round_index: int, server: Server[GeneratorState], updates: list[LabelCountUpdate]) -> None:
+    def train_generator(self, round_index: int, server: Server[GeneratorState], updates: list[Update[torch.Tensor]]) -> None:
         """``generator_epochs`` × ``teacher_iters`` Adam steps on the teacher and diversity losses."""
         p = self.params
         generator, optimizer = server.state.generator, server.state.optimizer
         assert server.model is not None and generator is not None and optimizer is not None
         for group in optimizer.param_groups:
             group["lr"] = p.generator_lr * p.generator_lr_decay ** (round_index - 1)
-        weights, qualified = label_weights(torch.stack([u.label_counts for u in updates]))
+        weights, qualified = label_weights(torch.stack([u.payload for u in updates]))
         prefix = f"{HEAD}."
         head_states = [{k[len(prefix):]: v for k, v in u.state.items() if k.startswith(prefix)} for u in updates]
         head = getattr(server.model, HEAD)
-        head_was_training = head.training
-        head.eval()
         generator.train()
         rng = self.ctx.stream("fedgen-server", round_index)
         noise = NoiseStream(rng, generator.noise_dim, self.ctx.device)
@@ -226,6 +224,6 @@ class FedGen(ParameterAveraging[FedGenClient, GeneratorState]):
             return (p.teacher_weight * teacher_loss(head, head_states, latents, y, weights)
                     + p.diversity_weight * diversity_loss(eps, latents))
 
-        Loop(optimizer, list(generator.parameters()), round_index, "generator",
-             backward_inputs=True).run(range(p.generator_epochs * p.teacher_iters), step_fn)
-        head.train(head_was_training)
+        with eval_mode(head):
+            Loop(optimizer, list(generator.parameters()), round_index, "generator",
+                 backward_inputs=True).run(range(p.generator_epochs * p.teacher_iters), step_fn)

@@ -8,8 +8,15 @@ from __future__ import annotations
 
 from bench.algorithms import register_algorithm
 from bench.algorithms.base import Algorithm
+from bench.engine.state import Client, NoState, Server
 
 
 @register_algorithm("standalone")
-class Standalone(Algorithm):
+class Standalone(Algorithm[NoState, NoState, None, None]):
     has_global_model = False
+
+    def broadcast(self, round_index: int, server: Server[NoState], cid: int) -> None:
+        return None
+
+    def update(self, client: Client[NoState]) -> None:
+        return None

@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 from bench.engine.chunks import chunk_size
+from bench.engine.evaluation import eval_mode
 
 
 @dataclass
@@ -34,19 +35,17 @@ def class_statistics(model: nn.Module, x: torch.Tensor, y: torch.Tensor, num_cla
     """Per-class means of the features and of softmax(logits / T) (or of ``soft(logits)``) over ``(x, y)``,
     in eval mode, forwarding ``batch_size`` samples at a time (fewer on the CPU when their activations
     would be mmapped: :func:`~bench.engine.chunks.chunk_size`)."""
-    was_training = model.training
-    model.eval()
-    batch_size = chunk_size(model, x, batch_size)
     feature_sum: torch.Tensor | None = None
     soft_sum = torch.zeros(num_classes, num_classes, device=x.device)
-    for start in range(0, len(y), batch_size):
-        features, logits = model(x[start:start + batch_size])
-        onehot = nn.functional.one_hot(y[start:start + batch_size], num_classes).to(features.dtype)
-        if feature_sum is None:
-            feature_sum = torch.zeros(num_classes, features.shape[1], device=x.device)
-        feature_sum += onehot.T @ features
-        soft_sum += onehot.T @ (torch.softmax(logits / temperature, dim=1) if soft is None else soft(logits))
-    model.train(was_training)
+    with eval_mode(model):
+        batch_size = chunk_size(model, x, batch_size)
+        for start in range(0, len(y), batch_size):
+            features, logits = model(x[start:start + batch_size])
+            onehot = nn.functional.one_hot(y[start:start + batch_size], num_classes).to(features.dtype)
+            if feature_sum is None:
+                feature_sum = torch.zeros(num_classes, features.shape[1], device=x.device)
+            feature_sum += onehot.T @ features
+            soft_sum += onehot.T @ (torch.softmax(logits / temperature, dim=1) if soft is None else soft(logits))
     counts = torch.bincount(y, minlength=num_classes)
     if feature_sum is None:  # no samples at all
         raise ValueError("class_statistics needs at least one sample")

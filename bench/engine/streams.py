@@ -12,6 +12,13 @@ import torch
 from bench.rng import torch_stream
 
 
+def batches_per_pass(n: int, batch_size: int, drop_last: bool) -> int:
+    """Mini-batches in one pass over ``n`` samples as :func:`epoch_batches` cuts them: batches of
+    ``min(batch_size, n)``, the last partial one dropped when ``drop_last``."""
+    size = min(batch_size, n)
+    return n // size if drop_last else -(-n // size)
+
+
 def epoch_batches(n: int, batch_size: int, drop_last: bool, generator: torch.Generator,
                   device: torch.device, epochs: int | None = None, steps: int | None = None) -> Iterator[torch.Tensor]:
     """Index tensors of mini-batches over ``n`` samples: one seeded permutation per epoch, cut into
@@ -48,8 +55,7 @@ class SharedBatches:
 
     @property
     def batches_per_epoch(self) -> int:
-        size = min(self.batch_size, len(self.x))
-        return len(self.x) // size if self.drop_last else -(-len(self.x) // size)
+        return batches_per_pass(len(self.x), self.batch_size, self.drop_last)
 
     def indices(self, iteration: int) -> torch.Tensor:
         epoch, b = divmod(iteration, self.batches_per_epoch)

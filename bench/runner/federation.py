@@ -1,6 +1,7 @@
-"""The federation loop: build clients and server, run rounds, evaluate on schedule, record every
-per-client value and every round's communication (``upload_bytes``, ``download_bytes``: the bytes
-the round's messages took, summed over its clients; :mod:`bench.engine.ledger`), checkpoint, resume."""
+"""The federation loop: build clients and server, run rounds (:mod:`bench.runner.rounds`), evaluate on schedule,
+record every per-client value and every round's communication (``upload_bytes``, ``download_bytes``: the bytes
+the round's messages took, summed over its clients, counted as the rounds deliver them; :mod:`bench.engine.ledger`),
+checkpoint, resume."""
 from __future__ import annotations
 
 import math
@@ -20,12 +21,14 @@ from bench.data.partition import Partition, load_partition, partition_dataset
 from bench.data.prepared import PreparedDataset
 from bench.engine.chunks import chunk_size
 from bench.engine.context import Context
-from bench.engine.evaluation import Evaluation
+from bench.engine.evaluation import Evaluation, eval_mode
+from bench.engine.ledger import Ledger
 from bench.engine.setup import configure_torch
 from bench.engine.state import Client, ClientData, Server
 from bench.errors import BenchError, Diverged
 from bench.rng import numpy_stream
 from bench.runner.checkpoint import Checkpoint, ClientSnapshot, Record, load_checkpoint, save_checkpoint
+from bench.runner.rounds import run_round
 from bench.tracking import code_version
 
 LAST_K = 5
@@ -167,7 +170,7 @@ def sample_clients(config: ExperimentConfig, round_index: int) -> list[int]:
 def _split(client: Client, split: str, test_x: torch.Tensor, test_y: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
     data = client.data
     if split == "local_all":
-        return data.with_test()
+        return data.with_test
     return {"global_test": (test_x, test_y), "local_test": (data.test_x, data.test_y),
             "validation": (data.val_x, data.val_y)}[split]
 
@@ -206,7 +209,7 @@ def evaluate(ctx: Context, algorithm: Algorithm, server: Server, clients: list[C
             if y is None or x is None or not len(y):
                 continue
             local_split = evaluation.split in ("local_test", "local_all")
-            model = algorithm.global_model(server) if receives_global and local_split else algorithm.client_model(client)
+            model = algorithm.global_model(server) if receives_global and local_split else algorithm.client_model(server, client)
             if model is None:
                 raise BenchError(f"evaluation.local_model: global, but {algorithm.name} has no global model; "
                                  "use local_model: own")
@@ -227,16 +230,14 @@ def evaluate(ctx: Context, algorithm: Algorithm, server: Server, clients: list[C
 def global_loss(ctx: Context, model: torch.nn.Module, data: list[ClientData]) -> float:
     """The model's mean cross-entropy over the union of the clients' train splits, in eval mode
     (``evaluation.global_train_loss``)."""
-    was_training = model.training
-    model.eval()
     total, count = torch.zeros((), dtype=torch.float64, device=ctx.device), 0
-    for client in data:
-        size = chunk_size(model, client.x, ctx.config.evaluation.batch_size)
-        for start in range(0, client.num_samples, size):
-            _, logits = model(client.x[start:start + size])
-            total += torch.nn.functional.cross_entropy(logits, client.y[start:start + size], reduction="sum")
-        count += client.num_samples
-    model.train(was_training)
+    with eval_mode(model):
+        for client in data:
+            size = chunk_size(model, client.x, ctx.config.evaluation.batch_size)
+            for start in range(0, client.num_samples, size):
+                _, logits = model(client.x[start:start + size])
+                total += torch.nn.functional.cross_entropy(logits, client.y[start:start + size], reduction="sum")
+            count += client.num_samples
     return float(total) / max(count, 1)
 
 
@@ -286,6 +287,7 @@ def run_federation(config: ExperimentConfig, data_dir: str | Path | None = None,
         cdata = ClientData(train_x[tr], train_y[tr], local_x[te], local_y[te],
                            *((train_x[va], train_y[va]) if len(val_idx) else (None, None)))
         clients.append(Client(cid, cdata, algorithm.init_client_model(cid, server), algorithm.init_client_state(cid)))
+    ctx.client_data = [c.data for c in clients]
 
     identity = run_identity(config, data.sha256, partition.sha256)
     curves: list[dict[str, float]] = []
@@ -307,12 +309,12 @@ def run_federation(config: ExperimentConfig, data_dir: str | Path | None = None,
     for t in range(start_round, config.training.rounds + 1):
         tick = time.perf_counter()
         selected = [clients[c] for c in sample_clients(config, t)]
-        ctx.ledger.take()  # the round's communication starts at zero
-        row: dict[str, float] = {"round": t, **algorithm.run_round(t, server, selected)}
+        ledger = Ledger()  # the round's communication
+        row: dict[str, float] = {"round": t, **run_round(algorithm, t, server, selected, ledger)}
         check_parameters(t, server, selected)
         timing["train_time_s"] += time.perf_counter() - tick
         records += [(t, k, None, float(v)) for k, v in row.items() if k != "round"]
-        records += [(t, k, None, v) for k, v in ctx.ledger.take().items()]  # bytes up and down (records only)
+        records += [(t, k, None, v) for k, v in ledger.take().items()]  # bytes up and down (records only)
         records += [(t, metric, cid, float(v)) for metric, values in algorithm.client_records(server, selected).items()
                     for cid, v in sorted(values.items())]
         if t in eval_at:
