@@ -28,7 +28,7 @@ class DatasetConfig(Strict):
     name: str = "digits"
     normalize: Literal["stats", "half"] = Field("stats", exclude_if=lambda v: v == "stats", description=(
         "input normalisation: each channel by the dataset's own mean and std, or torchvision's "
-        "Normalize(0.5, 0.5) to [-1, 1] (FedHKD's released code, specs/fedhkd.md §5.1); left out of the "
+        "Normalize(0.5, 0.5) to [-1, 1] (FedHKD's released code, pipelines/fedhkd/NOTES.md §5.1); left out of the "
         "resolved config at its default, so the runs from before it keep their hash"))
 
 
@@ -54,7 +54,7 @@ class ModelConfig(Strict):
     name: str = "cnn"
     kwargs: dict[str, Any] = Field(default_factory=dict)
     candidates: list[str] = Field(default_factory=list, description=(
-        "heterogeneous clients: each client's architecture is a seeded draw from these (specs/fedal.md "
+        "heterogeneous clients: each client's architecture is a seeded draw from these (pipelines/fedal/NOTES.md "
         "§4.1); the server model, if any, is `name`"))
 
 
@@ -100,16 +100,16 @@ class ParticipationConfig(Strict):
     fraction: float = Field(1.0, gt=0, le=1, description="share of clients sampled each round (seeded)")
     seed: int | None = Field(None, ge=0, exclude_if=lambda v: v is None, description=(
         "seed of the client schedule; null: the run seed. A number gives every run seed the same clients in each "
-        "round (specs/dafkd.md A26, the released DaFKD code's np.random.seed(round)); left out of the resolved "
+        "round (pipelines/dafkd/NOTES.md A26, the released DaFKD code's np.random.seed(round)); left out of the resolved "
         "config at its default, so the runs from before it keep their hash"))
 
 
 class PublicConfig(Strict):
     """An unlabelled public set shared by all clients (FedMD, FedAL, FedDF's proxy set): ``size`` training
     images, labels discarded, drawn with the partition seed. ``unused``: from the images the partition leaves
-    unused, so no client holds them (specs/fedhkd.md §4 FedMD [R]; FedAL's CelebA, specs/fedal.md A12);
+    unused, so no client holds them (pipelines/fedhkd/NOTES.md §4 FedMD [R]; FedAL's CelebA, pipelines/fedal/NOTES.md A12);
     ``carve``: drawn first, the rest partitioned; ``overlap``: from the images the clients hold for training,
-    which they keep (specs/fedal.md A12 𝒫 ⊂ ∪𝒟_n; specs/dafkd.md §2.3 FedDF's proxy set [I])."""
+    which they keep (pipelines/fedal/NOTES.md A12 𝒫 ⊂ ∪𝒟_n; pipelines/dafkd/NOTES.md §2.3 FedDF's proxy set [I])."""
 
     size: int = Field(0, ge=0, description="0: no public data")
     source: Literal["unused", "carve", "overlap"] = "unused"
@@ -130,15 +130,15 @@ class EvaluationConfig(Strict):
     accuracy: Literal["samples", "batches"] = Field("samples", exclude_if=lambda v: v == "samples", description=(
         "exact sample-level accuracy, or the mean of per-batch accuracies over seeded shuffled batches of "
         "training.batch_size, the last partial batch dropped on client splits when training.drop_last "
-        "(FedHKD's released code, specs/fedhkd.md §3.7); left out of the resolved config at its default, "
+        "(FedHKD's released code, pipelines/fedhkd/NOTES.md §3.7); left out of the resolved config at its default, "
         "so the runs from before it keep their hash"))
     local_model: Literal["own", "global"] = Field("own", exclude_if=lambda v: v == "own", description=(
         "the model evaluated on each client's local test split (local_acc): its own, or the global model it "
-        "receives (FedAKD's Acc_p of the FedAvg family, specs/fedakd.md §0.11); left out of the resolved "
+        "receives (FedAKD's Acc_p of the FedAvg family, pipelines/fedakd/NOTES.md §0.11); left out of the resolved "
         "config at its default"))
     global_train_loss: bool = Field(False, exclude_if=lambda v: not v, description=(
         "record global_train_loss: the global model's cross-entropy on the union of the clients' train splits "
-        "(specs/fedakd.md §3.4, Fig. 3b); left out of the resolved config at its default"))
+        "(pipelines/fedakd/NOTES.md §3.4, Fig. 3b); left out of the resolved config at its default"))
 
 
 class AlgorithmConfig(BaseModel):
@@ -158,7 +158,7 @@ class TrackingConfig(Strict):
     experiment: str = "default"
     save_model: bool = Field(False, exclude_if=lambda v: not v, description=(
         "write the final global model's state dict to model.pt beside the run's records (for figures drawn "
-        "from a trained model, specs/fedakd.md Fig. 2); left out of the resolved config at its default"))
+        "from a trained model, pipelines/fedakd/NOTES.md Fig. 2); left out of the resolved config at its default"))
 
 
 class ExperimentConfig(Strict):

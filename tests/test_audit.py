@@ -99,7 +99,7 @@ def test_audit_a_paper_cell_from_a_fresh_clone(clone: Path) -> None:
     done = bench(clone, "audit", "pipelines/fedhkd/reports/fedhkd-proxy/paper.md", "table 1/m=5/fedavg/local ours")
     assert done.returncode == 0, done.stderr
     assert "id       fedavg/m5/final_local_acc  (suite fedhkd-proxy)" in done.stdout
-    assert "paper    svhn-m10 0.6766 / cifar10-m10 0.595 / cifar100-m10 0.2361" in done.stdout  # specs/fedhkd.md §6
+    assert "paper    svhn-m10 0.6766 / cifar10-m10 0.595 / cifar100-m10 0.2361" in done.stdout  # pipelines/fedhkd/NOTES.md §6
     assert done.stdout.count("(bitwise equal)") == 3 and "DIFFERS" not in done.stdout
 
 

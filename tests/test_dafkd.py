@@ -1,4 +1,4 @@
-"""DaFKD (specs/dafkd.md §1) and FedFTG (§2.5): every loss term by hand, the personal domain head, seeded
+"""DaFKD (pipelines/dafkd/NOTES.md §1) and FedFTG (§2.5): every loss term by hand, the personal domain head, seeded
 streams, the no-correlation ablation as DaFKD with uniform weights, rounds to a target from records."""
 from __future__ import annotations
 

@@ -282,7 +282,7 @@ def test_run_many_parallel_logs_every_run_in_order(data_dir: Path, tmp_path: Pat
 
 
 def test_fedprox_proximal_term_by_hand() -> None:
-    """local_loss = CE + (μ/2)·Σ‖w − w^t‖² over the trainable parameters (specs/dafkd.md §2.2)."""
+    """local_loss = CE + (μ/2)·Σ‖w − w^t‖² over the trainable parameters (pipelines/dafkd/NOTES.md §2.2)."""
     from bench.algorithms.fedprox import FedProx, FedProxParams
     from bench.engine.loop import Step
     from bench.engine.state import ClientData

@@ -1,4 +1,4 @@
-"""FedAKD's baselines (specs/fedakd.md §4): each reward mechanism and loss term by hand, each method's
+"""FedAKD's baselines (pipelines/fedakd/NOTES.md §4): each reward mechanism and loss term by hand, each method's
 recorded reward checked against its formula on a tiny federation, and the flat-vector toolkit."""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""FedAKD (specs/fedakd.md §1): its losses and aggregation by hand, its ablations and its code mode as
+"""FedAKD (pipelines/fedakd/NOTES.md §1): its losses and aggregation by hand, its ablations and its code mode as
 switches of one method; its partitions (§2); the collaborative-fairness statistics in both definitions (§3);
 the suite mechanics its pipeline needs (equal wall-clock budgets, per-setting rows, per-setting method
 overlays)."""

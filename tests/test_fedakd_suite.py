@@ -24,7 +24,7 @@ COLUMNS1 = [f"{d}-{c}" for d in ("fmnist", "cifar10") for c in ("pow", "bcs", "i
 
 
 def test_transcribed_tables_reproduce_the_specs_numbers() -> None:
-    """Spot checks against specs/fedakd.md §6 and §8: R5's smallest margins, R8's rounds and implied
+    """Spot checks against pipelines/fedakd/NOTES.md §6 and §8: R5's smallest margins, R8's rounds and implied
     per-round costs, R9's ordering, Table 5's one exception, and the missing Standalone CF."""
     v = DEFINITION.value
     assert (v("fedakd", "fmnist-ics2", "cf"), v("fedave", "fmnist-ics2", "cf")) == (78.25, 78.15)

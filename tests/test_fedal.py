@@ -1,4 +1,4 @@
-"""FedAL (specs/fedal.md §2): each loss term against a hand computation, the split-gradient equivalence
+"""FedAL (pipelines/fedal/NOTES.md §2): each loss term against a hand computation, the split-gradient equivalence
 (§2.4 check 1), the reductions to FedMD-LF and FedMD (check 2), the communication it counts (check 3),
 lockstep public batches, the architecture draw, and resume with the discriminator and snapshots."""
 from __future__ import annotations

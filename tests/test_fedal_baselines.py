@@ -1,4 +1,4 @@
-"""The FedAL paper's baselines (specs/fedal.md §3.2): each loss term against a hand computation (CFD's
+"""The FedAL paper's baselines (pipelines/fedal/NOTES.md §3.2): each loss term against a hand computation (CFD's
 quantisation, FCCL's cross-correlation, FCCL+'s instance similarity and non-target distillation, FD's
 targets, FedDF's AVGLOGITS), the communication each counts, the readings they refuse, and resume."""
 from __future__ import annotations

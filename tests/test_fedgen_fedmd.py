@@ -1,4 +1,4 @@
-"""FedGen and FedMD (specs/fedhkd.md §4): objectives by hand, schedules, round 1, whole runs."""
+"""FedGen and FedMD (pipelines/fedhkd/NOTES.md §4): objectives by hand, schedules, round 1, whole runs."""
 from __future__ import annotations
 
 import math

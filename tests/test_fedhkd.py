@@ -1,4 +1,4 @@
-"""FedHKD (specs/fedhkd.md §3, §8) and FedProto as FedHKD adapts it (§4), checked by hand."""
+"""FedHKD (pipelines/fedhkd/NOTES.md §3, §8) and FedProto as FedHKD adapts it (§4), checked by hand."""
 from __future__ import annotations
 
 import math

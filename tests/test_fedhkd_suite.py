@@ -15,7 +15,7 @@ DEFINITION = fedhkd.PAPER.definition
 
 
 def test_transcribed_tables_reproduce_the_specs_derived_numbers() -> None:
-    """specs/fedhkd.md §6.1: relative gains of FedHKD over FedAvg and time ratios, recomputed."""
+    """pipelines/fedhkd/NOTES.md §6.1: relative gains of FedHKD over FedAvg and time ratios, recomputed."""
     def gain(column: str, measure: str) -> float:
         ours, base = (DEFINITION.value(m, column, measure) for m in ("fedhkd", "fedavg"))
         return round(100 * (ours / base - 1), 1)
@@ -161,5 +161,5 @@ def test_smoke_profile_end_to_end(tmp_path: Path) -> None:
         for line in paper.splitlines() if line.startswith("| FedHKD (code mode) |") and "—/" in line)
     assert "Profile `smoke`. Protocol (from the runs' configs): 2 rounds, 1 local epochs of batch 8 (drop_last), " \
            "adam lr 0.001 (×0.5 every 1 rounds), gradient clipping at norm 1.1, device cpu." in paper
-    assert "## Acceptance band (specs/fedhkd.md §10 (a))\n\nThe band check does not apply" in paper
+    assert "## Acceptance band (pipelines/fedhkd/NOTES.md §10 (a))\n\nThe band check does not apply" in paper
     assert paper.count("**holds**") + paper.count("**fails**") + paper.count("not measured") >= 18

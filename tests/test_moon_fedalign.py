@@ -1,4 +1,4 @@
-"""MOON and FedAlign (specs/fedhkd.md §4): the loss pieces against hand computations, the width-sliced
+"""MOON and FedAlign (pipelines/fedhkd/NOTES.md §4): the loss pieces against hand computations, the width-sliced
 final block, and short digits runs that learn and repeat bitwise."""
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The training toolkit below the methods: the loop primitive, streams, two-optimiser loops, personal
-parameters (DESIGN.md "engine")."""
+parameters (docs/architecture.md "The engine")."""
 from __future__ import annotations
 
 import math

@@ -108,7 +108,7 @@ class Algorithm(Generic[ClientStateT, ServerStateT, DownT, UpT]):
         """The communication pattern: False (default), every selected client starts from the server state
         of the round's start; True, clients train one after another in a seeded random order
         (:meth:`~bench.engine.context.Context.client_order`) and the server takes in each update
-        (:meth:`receive`) before the next client's broadcast (FedHKD's released code, specs/fedhkd.md §3.9)."""
+        (:meth:`receive`) before the next client's broadcast (FedHKD's released code, pipelines/fedhkd/NOTES.md §3.9)."""
         return False
 
     def broadcast(self, round_index: int, server: Server[ServerStateT], cid: int) -> DownT:
@@ -219,9 +219,9 @@ class ParameterAveraging(Algorithm[ClientStateT, ServerStateT, ModelBroadcast[Do
     (:meth:`broadcast_payload`), each client loads them (:meth:`receive_payload` takes the payload in), trains and
     sends its model with its payload (:meth:`update_payload`), and the server takes
     θ^{t+1} = Σ_{k∈S_t} (n_k / Σ_{j∈S_t} n_j) θ_k^t over the full state dict, BatchNorm running
-    statistics included, ``num_batches_tracked`` copied (specs/fedhkd.md §4 and §11.3,
-    specs/dafkd.md §2.1); personal parameters are neither sent nor averaged. ``weighting: uniform`` is the
-    unweighted mean some official code uses (anchors.md §2.2)."""
+    statistics included, ``num_batches_tracked`` copied (pipelines/fedhkd/NOTES.md §4 and §11.3,
+    pipelines/dafkd/NOTES.md §2.1); personal parameters are neither sent nor averaged. ``weighting: uniform`` is the
+    unweighted mean some released code uses (FedHKD's, pipelines/fedhkd/NOTES.md §11.3)."""
 
     Params = AveragingParams
     params: AveragingParams

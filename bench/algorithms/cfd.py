@@ -1,5 +1,5 @@
 """CFD — Sattler, Marban, Rischke, Samek, "Communication-efficient federated distillation",
-arXiv:2012.00632 (2020), as the FedAL paper runs it (specs/fedal.md §3.2.3; the paper: "CFD is the same
+arXiv:2012.00632 (2020), as the FedAL paper runs it (pipelines/fedal/NOTES.md §3.2.3; the paper: "CFD is the same
 as MHAT", so one baseline stands for both).
 
 The server owns a model f_S (``server_model``; [ASSUMPTION] per dataset: WRN-16-1 on SVHN, ResNet-18

@@ -1,5 +1,5 @@
 """CFFL — Lyu, Xu, Wang, Yu et al., "Collaborative Fairness in Federated Learning", in *Federated Learning:
-Privacy and Incentive*, LNCS 12500, 2020 (specs/fedakd.md §4 CFFL).
+Privacy and Incentive*, LNCS 12500, 2020 (pipelines/fedakd/NOTES.md §4 CFFL).
 
 Each round, every client still in the federation (reputation r_k > 0):
 

@@ -1,5 +1,5 @@
 """CGSV — Xu, Lyu, Ma, Miao, Foo, Low, "Gradient Driven Rewards to Guarantee Fairness in Collaborative Machine
-Learning", NeurIPS 2021 (specs/fedakd.md §4 CGSV).
+Learning", NeurIPS 2021 (pipelines/fedakd/NOTES.md §4 CGSV).
 
 Each round every client computes its local update Δ_k (one local pass). The server aggregates them into u,
 values each client by the cosine gradient Shapley value ψ_k = max(0, cos(Δ_k, u)) (:func:`cosine_values`),

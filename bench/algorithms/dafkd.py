@@ -1,5 +1,5 @@
 """DaFKD — Wang, Li, Xu, Li, Zhan, Zeng, "DaFKD: Domain-aware Federated Knowledge Distillation", CVPR 2023
-(specs/dafkd.md).
+(pipelines/dafkd/NOTES.md).
 
 Client k (Algorithm 1 lines 16-26, §1.3-§1.4) receives the global extractor φ and classifier head h_c and
 the generator θ^g; its domain head h_d^k stays its own (a personal parameter: never averaged, never

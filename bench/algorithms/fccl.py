@@ -1,5 +1,5 @@
 """FCCL — Huang, Ye, Du, "Learn from others and be yourself in heterogeneous federated learning",
-CVPR 2022, as the FedAL paper compares with it (specs/fedal.md §3.2.4; the official code
+CVPR 2022, as the FedAL paper compares with it (pipelines/fedal/NOTES.md §3.2.4; the official code
 WenkeHuang/FCCL, ``fccl+/models/fccl.py`` and ``utils/training.py``, read for the details).
 
 * **Intra-domain pre-training** (once, at a client's first round): the client's model trains on its

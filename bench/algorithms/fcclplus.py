@@ -1,5 +1,5 @@
 """FCCL+ — Huang, Ye, Shi, Du, "Generalizable heterogeneous federated cross-correlation and instance
-similarity learning", IEEE TPAMI 2023, as the FedAL paper compares with it (specs/fedal.md §3.2.5; the
+similarity learning", IEEE TPAMI 2023, as the FedAL paper compares with it (pipelines/fedal/NOTES.md §3.2.5; the
 official code WenkeHuang/FCCL, ``fccl+/models/fcclplus.py``, read for the details).
 
 No pre-training. Each round, public first (as FCCL, :mod:`bench.algorithms.fccl`):

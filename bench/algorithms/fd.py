@@ -1,6 +1,6 @@
 """FD — Jeong, Oh, Kim, Park, Bennis, Kim, "Communication-efficient on-device machine learning: federated
 distillation and augmentation under non-IID private data", NeurIPS 2018 MLPCD workshop, as the FedAL
-paper compares with it in Tables VI-VII (specs/fedal.md §3.2.6; the FedAL authors could not reproduce
+paper compares with it in Tables VI-VII (pipelines/fedal/NOTES.md §3.2.6; the FedAL authors could not reproduce
 it and report 0.12-0.17: their rows are a failed reproduction, not a target).
 
 No public data, no model exchange. During its local training each client accumulates, per label k,

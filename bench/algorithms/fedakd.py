@@ -1,5 +1,5 @@
 """FedAKD — Yu, Wang, Wang, Lin, Liu, Yee, Ma, "Towards Collaborative Fairness in Federated Learning Under
-Imbalanced Covariate Shift", KDD 2025 (specs/fedakd.md §1).
+Imbalanced Covariate Shift", KDD 2025 (pipelines/fedakd/NOTES.md §1).
 
 Federated *asynchronous* knowledge distillation. Each client k keeps a personal model w_k, never
 overwritten by the global model w_g. In round t, for every client (Algorithm 1, §1.3):

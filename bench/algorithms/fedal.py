@@ -1,5 +1,5 @@
 """FedAL — Han, Shi, Huang, "FedAL: Black-Box Federated Knowledge Distillation Enabled by Adversarial
-Learning", arXiv:2311.16584 (specs/fedal.md §2). The first runnable FedAL: the paper has no code.
+Learning", arXiv:2311.16584 (pipelines/fedal/NOTES.md §2). The first runnable FedAL: the paper has no code.
 
 Black-box clients (each its own architecture) alternate two stages of τ = 5 iterations per round
 (:mod:`bench.algorithms.knowledge_transfer`, Algorithm 1):

@@ -1,5 +1,5 @@
 """FedAlign — Mendieta, Yang, Wang, Lee, Ding, Chen, "Local learning matters: rethinking data
-heterogeneity in federated learning", CVPR 2022, as FedHKD compares it (specs/fedhkd.md §4 FedAlign,
+heterogeneity in federated learning", CVPR 2022, as FedHKD compares it (pipelines/fedhkd/NOTES.md §4 FedAlign,
 §5.5; the official FedAlign code).
 
 Per batch (:func:`fedalign_backward`):

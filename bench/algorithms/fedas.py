@@ -1,5 +1,5 @@
 """FedAS — Yang, Huang, Ye, "FedAS: Bridging Inconsistency in Personalized Federated Learning", CVPR 2024
-(specs/fedakd.md §4 FedAS; no code was published with FedAKD, the readings follow FL-bench's port [I]).
+(pipelines/fedakd/NOTES.md §4 FedAS; no code was published with FedAKD, the readings follow FL-bench's port [I]).
 
 Each client's personalised model is the model it trained last; it is what the client is evaluated with.
 A round, per client:

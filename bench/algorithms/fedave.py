@@ -1,5 +1,5 @@
 """FedAVE — Wang, Peng, Fan, Wang, Wu, Yu et al., "FedAVE: Adaptive data value evaluation framework for
-collaborative fairness in federated learning", Neurocomputing 574 (2024) 127227 (specs/fedakd.md §4 FedAVE).
+collaborative fairness in federated learning", Neurocomputing 574 (2024) 127227 (pipelines/fedakd/NOTES.md §4 FedAVE).
 
 Each round every client trains one local pass and uploads the ``upload_fraction`` largest-magnitude entries
 of its update, u_k. The server aggregates them by data size, u = Σ_k n_k·u_k / Σ_k n_k, sets w_g ← w_g + u,

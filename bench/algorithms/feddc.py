@@ -1,5 +1,5 @@
 """FedDC — Gao, Fu, Li, Chen, Xu, Xu, "FedDC: Federated Learning with Non-IID Data via Local Drift Decoupling
-and Correction", CVPR 2022 (specs/fedakd.md §4 FedDC).
+and Correction", CVPR 2022 (pipelines/fedakd/NOTES.md §4 FedDC).
 
 Each client keeps a local drift h_k (initially 0). Local objective, w the global parameters received:
 

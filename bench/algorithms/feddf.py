@@ -1,8 +1,8 @@
 """FedDF — Lin, Kong, Stich, Jaggi, "Ensemble distillation for robust model fusion in federated
 learning", NeurIPS 2020: FedAvg within each architecture group, then ensemble distillation of the
 round's received client models into each group's server model on unlabelled proxy data (AVGLOGITS).
-As FedAL runs it in its shareable-model setting (specs/fedal.md §3.2.8, Fig. 10) and as DaFKD runs it
-("FEDDFUSION", specs/dafkd.md §2.3).
+As FedAL runs it in its shareable-model setting (pipelines/fedal/NOTES.md §3.2.8, Fig. 10) and as DaFKD runs it
+("FEDDFUSION", pipelines/dafkd/NOTES.md §2.3).
 
 The server holds one model θ_g per architecture group g (clients with the same architecture; a
 homogeneous federation is one group, whose model is the global model). Per round:

@@ -1,5 +1,5 @@
 """FedDF-AL — FedAL's adversarial and less-forgetting components added to FedDF in the shareable-model
-setting (specs/fedal.md §3.2.8, Fig. 10). The paper names it and gives τ = 15 and E = 2 but not its
+setting (pipelines/fedal/NOTES.md §3.2.8, Fig. 10). The paper names it and gives τ = 15 and E = 2 but not its
 design; this is the spec's recommended reading [ASSUMPTION]:
 
 * FedDF (:mod:`bench.algorithms.feddf`): one server model θ_g per architecture group, FedAvg within the

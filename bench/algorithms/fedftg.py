@@ -1,5 +1,5 @@
 """FedFTG — Zhang, Shen, Ding, Tao, Duan, "Fine-tuning global model via data-free knowledge distillation for
-non-IID federated learning", CVPR 2022, as DaFKD's experiments run it (specs/dafkd.md §2.5; the official
+non-IID federated learning", CVPR 2022, as DaFKD's experiments run it (pipelines/dafkd/NOTES.md §2.5; the official
 code's ``train_global_model_cgan_bs_weight_iloop_fz_dis``).
 
 Clients train as in FedAvg (cross-entropy), starting from the fine-tuned global model, and report their

@@ -1,5 +1,5 @@
 """FedGen — Zhu, Hong, Zhou, "Data-free knowledge distillation for heterogeneous federated learning",
-ICML 2021, as the FedHKD paper runs it (specs/fedhkd.md §4 "FedGen", §5.5; context: specs/dafkd.md §2.4).
+ICML 2021, as the FedHKD paper runs it (pipelines/fedhkd/NOTES.md §4 "FedGen", §5.5; context: pipelines/dafkd/NOTES.md §2.4).
 
 Server, every round after local training and before the FedAvg step (:class:`ParameterAveraging`):
 train the conditional feature generator G_w(ε, y) (``fedgen_generator``: [ε ~ U(0,1)^64 ; onehot(y)] →
@@ -19,7 +19,7 @@ Client, from round 2 (round 1 is CE only), per batch (x, y) of size B, generator
 with ŷ ~ U{0..n−1} of size B_gen = 32, the KL "batchmean" and its target detached, and
 α_t = β_t = max(1e-4, 10·0.98^(t−1)) in 1-based round t (the spec's 0-indexed t).
 
-Readings (FedGen's code where the spec is silent, as specs/dafkd.md §2.4 records it):
+Readings (FedGen's code where the spec is silent, as pipelines/dafkd/NOTES.md §2.4 records it):
 * label counts c_{u,y} start at 1 for every label and add the labels of every batch the client trained
   on this round (all local epochs); "qualified" labels are those with max_u c_{u,y} > 1;
 * the teacher heads are the selected clients' classifiers after local training, applied with their
@@ -29,7 +29,7 @@ Readings (FedGen's code where the spec is silent, as specs/dafkd.md §2.4 record
 * the generator is the classifier's latent generator: every bench model exposes its head G_ω as
   ``classifier`` and its latent size as ``feature_dim``.
 
-DaFKD's experiments run this FedGen with its own values (specs/dafkd.md §2.4, set in its suite): noise 32,
+DaFKD's experiments run this FedGen with its own values (pipelines/dafkd/NOTES.md §2.4, set in its suite): noise 32,
 hidden 256, 10 × 5 generator steps of batch 32, β = 10 (1 on EMNIST), generator lr 1e-4 on EMNIST; its
 claim that FedGen used the paper's two-embedding generator is ``generator: embed``.
 """
@@ -77,7 +77,7 @@ class FedGenParams(AveragingParams):
     kd_decay: float = Field(0.98, gt=0, le=1, description="per-round decay of α and β")
     generator: Literal["fedgen", "embed"] = Field("fedgen", exclude_if=lambda v: v == "fedgen", description=(
         "fedgen: FedGen's generator; embed: separate noise and label embeddings, as the DaFKD paper describes the "
-        "generator it gave FedGen (specs/dafkd.md §2.4 flag dafkd_embed); left out of the resolved config at its "
+        "generator it gave FedGen (pipelines/dafkd/NOTES.md §2.4 flag dafkd_embed); left out of the resolved config at its "
         "default, so the runs from before it keep their hash"))
 
 
@@ -140,7 +140,7 @@ class FedGen(ParameterAveraging[FedGenClient, GeneratorState, nn.Module, torch.T
                            key=("init", "generator"), noise_dim=p.noise_dim, hidden=p.hidden).to(self.ctx.device)
 
     def resident_parameters(self, model: nn.Module) -> int:
-        """The client model plus the (frozen) generator it samples latents from: Table 1's Params (specs/fedhkd.md
+        """The client model plus the (frozen) generator it samples latents from: Table 1's Params (pipelines/fedhkd/NOTES.md
         §6 R6). Added to the base count truncated to 3 decimals (as the paper's FedProx/MOON values are) this
         generator gives the printed CIFAR-10/100 values but 1.341 for SVHN's 1.357, which only a 64-dim
         generator without BN parameters fits (tests/test_models.py, pipelines/fedhkd/README.md)."""

@@ -1,5 +1,5 @@
 """FedHKD — Chen, Wang, Vikalo, ICLR 2023, "The Best of Both Worlds: Accurate Global and Personalized
-Models through Federated Learning with Data-Free Hyper-Knowledge Distillation" (specs/fedhkd.md).
+Models through Federated Learning with Data-Free Hyper-Knowledge Distillation" (pipelines/fedhkd/NOTES.md).
 
 FedAvg plus hyper-knowledge. After local training each client computes, per class j, the mean
 latent h̄_i^j and the mean tempered prediction q̄_i^j = mean softmax(G(h)/T) over its whole train

@@ -1,6 +1,6 @@
 """FedMD — Li & Wang, "FedMD: Heterogenous federated learning via model distillation", arXiv:1910.03581
 (2019), as the FedHKD paper adapts it: distillation on a public set plus FedAvg aggregation
-(specs/fedhkd.md §4 "FedMD", §5.5).
+(pipelines/fedhkd/NOTES.md §4 "FedMD", §5.5).
 
 Every round, after local training, each client computes its soft predictions Q(z_pub, T) =
 softmax(G_ω(R_φ(x_pub))/T), T = 0.5, in eval mode on the whole public set in its fixed order; the
@@ -13,9 +13,9 @@ train size).
 
 Not to be confused with ``fedmd_fedal`` (:mod:`bench.algorithms.fedmd_fedal`), FedMD as the FedAL paper
 runs it: black-box clients without model averaging, one public mini-batch per iteration in lockstep,
-KL to the mean of the other clients' logits (specs/fedal.md §3.2.1).
+KL to the mean of the other clients' logits (pipelines/fedal/NOTES.md §3.2.1).
 
-Readings (the released code, specs/fedhkd.md §4 [C], where the paper is silent):
+Readings (the released code, pipelines/fedhkd/NOTES.md §4 [C], where the paper is silent):
 * b is the batch's index within its local epoch; public batches have the private batch size and the
   config's ``drop_last``, and a private batch whose index has no public batch gets no distillation
   term (the code's ``if idx == batch_idx`` loop over the public loader);

@@ -1,6 +1,6 @@
 """FedMPR — Goksu & Pugeault, "Robust Federated Learning in the Face of Covariate Shift: A Magnitude Pruning
 with Hybrid Regularization Framework for Enhanced Model Aggregation", arXiv 2412.15010, 2024
-(specs/fedakd.md §4 FedMPR).
+(pipelines/fedakd/NOTES.md §4 FedMPR).
 
 Local objective: CE + (λ/2)·‖θ‖² over the parameters (λ = ``weight_decay`` = 1e-4: the code's Adam weight
 decay, whose gradient λ·θ this term has), with hybrid regularisation — dropout of rate ``dropout`` on the

@@ -1,5 +1,5 @@
 """FedProto — Tan et al., AAAI 2022, "FedProto: Federated prototype learning across heterogeneous
-clients", as FedHKD adapts it (specs/fedhkd.md §4 FedProto).
+clients", as FedHKD adapts it (pipelines/fedhkd/NOTES.md §4 FedProto).
 
 After local training each client computes its class prototypes, the mean latent R(x) per class over
 its train set (eval mode, no noise, no threshold), and uploads them with its class counts. The server

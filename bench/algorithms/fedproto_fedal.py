@@ -1,4 +1,4 @@
-"""FedProto as the FedAL paper adapts it (specs/fedal.md §3.2.2): "clients and the server conduct KD
+"""FedProto as the FedAL paper adapts it (pipelines/fedal/NOTES.md §3.2.2): "clients and the server conduct KD
 using the intermediate features before the fully-connected layer of client models, instead of model
 outputs in FedMD", on the unlabelled public set, τ = 1.
 

@@ -1,8 +1,8 @@
 """FedProx — Li et al., "Federated optimization in heterogeneous networks", MLSys 2020.
 
 Local objective:  CE(w) + (μ/2)·‖w − w^t‖²  over trainable parameters (not BN buffers), with w^t
-the frozen global model received this round (specs/fedhkd.md §4, specs/dafkd.md §2.2). Server:
-FedAvg. Default μ = 0.01 (specs/dafkd.md §2.2 [I]); FedHKD's tables use μ = 0.5.
+the frozen global model received this round (pipelines/fedhkd/NOTES.md §4, pipelines/dafkd/NOTES.md §2.2). Server:
+FedAvg. Default μ = 0.01 (pipelines/dafkd/NOTES.md §2.2 [I]); FedHKD's tables use μ = 0.5.
 """
 from __future__ import annotations
 

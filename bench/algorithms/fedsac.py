@@ -1,5 +1,5 @@
 """FedSAC — Wang, Wang, Lyu, Peng, Yang, Wen, Fan, "FedSAC: Dynamic Submodel Allocation for Collaborative
-Fairness in Federated Learning", KDD 2024 (specs/fedakd.md §4 FedSAC). No code of the authors is public;
+Fairness in Federated Learning", KDD 2024 (pipelines/fedakd/NOTES.md §4 FedSAC). No code of the authors is public;
 ``mode: code`` follows FedAKD's ``fedsac.py`` (§4 [C]), ``mode: paper`` the spec's summary of the paper [I].
 
 Contribution and reputation. c_k is client k's standalone accuracy; r_k = 100·exp(β·c_k)/max_j exp(β·c_j)

@@ -1,4 +1,4 @@
-"""The round of black-box knowledge transfer on a shared public set (specs/fedal.md §2.2, §3.2): the
+"""The round of black-box knowledge transfer on a shared public set (pipelines/fedal/NOTES.md §2.2, §3.2): the
 protocol FedAL and its black-box baselines (FedMD as FedAL runs it, FedProto adapted, CFD, FCCL, FCCL+)
 share; each method is one subclass that says what is sent and what each side minimises.
 
@@ -12,14 +12,14 @@ A round has two stages of τ iterations each (τ = ``training.local_steps``; the
   on across rounds). Each client forwards it once in train mode (:meth:`forward_public`) and uploads a
   typed message (:meth:`upload`: its logits, features, ...); the server answers each client
   (:meth:`serve`); each client takes one optimiser step on :meth:`transfer_loss`, built on the same
-  forward pass (specs/fedal.md A4), through its :class:`~bench.engine.loop.Loop`.
+  forward pass (pipelines/fedal/NOTES.md A4), through its :class:`~bench.engine.loop.Loop`.
 
 ``public_first`` (FCCL's official order) runs the global stage before the local one. The round is two phases
 (:mod:`bench.engine.protocol`): an exchange in which nothing crosses (the local stage) and a lockstep stage whose
 messages the runner counts. Clients' architectures may differ: nothing but the messages crosses between them (no
 parameters, no architectures). The client optimiser is the config's
 (``training.optimizer``): with ``persistent: true`` one optimiser per client serves both stages and
-every round (specs/fedal.md A9 default); with ``persistent: false`` it is re-created at every stage.
+every round (pipelines/fedal/NOTES.md A9 default); with ``persistent: false`` it is re-created at every stage.
 """
 from __future__ import annotations
 
@@ -133,7 +133,7 @@ class KnowledgeTransfer(Algorithm[ClientStateT, ServerStateT, None, None], Gener
         return self.ctx.client_loop(client, round_index)
 
     def forward_public(self, client: Client[ClientStateT], x: torch.Tensor) -> PublicOutputs:
-        """The client's one train-mode forward pass on the public batch (specs/fedal.md A4)."""
+        """The client's one train-mode forward pass on the public batch (pipelines/fedal/NOTES.md A4)."""
         client.model.train()
         features, logits = client.model(x)
         return PublicOutputs(features, logits)

@@ -1,5 +1,5 @@
 """MOON — Li, He, Song, "Model-contrastive federated learning", CVPR 2021, as FedHKD compares it
-(specs/fedhkd.md §4 MOON, §5.5).
+(pipelines/fedhkd/NOTES.md §4 MOON, §5.5).
 
 Local objective: CE + μ·ℓ_con with, averaged over the batch,
 ℓ_con = −log[ e^{cos(z, z_glob)/τ} / (e^{cos(z, z_glob)/τ} + e^{cos(z, z_prev)/τ}) ],

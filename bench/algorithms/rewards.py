@@ -1,4 +1,4 @@
-"""What the gradient-reward methods of FedAKD's comparison share (CFFL, CGSV, FedAVE; specs/fedakd.md §4):
+"""What the gradient-reward methods of FedAKD's comparison share (CFFL, CGSV, FedAVE; pipelines/fedakd/NOTES.md §4):
 each client keeps a personal model — its reward, evaluated as its model — and uploads its local update as
 a flat vector; the server scores the clients (a reputation) and gives each a different part of the
 aggregate. The scores and the share each client received are typed server state, recorded every round.

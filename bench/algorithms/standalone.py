@@ -1,6 +1,6 @@
 """Standalone — every client trains only on its own data; nothing is communicated.
 
-The lower bound of the personalised-accuracy comparisons (specs/fedakd.md §4). Each client's
+The lower bound of the personalised-accuracy comparisons (pipelines/fedakd/NOTES.md §4). Each client's
 model persists across rounds from its own initialisation; there is no global model, so only the
 local (personalised) accuracy is reported.
 """

@@ -1,4 +1,4 @@
-"""Covariate-shift partitions: scheme ``fedakd``, FedAKD's partition generator (specs/fedakd.md §2.2-2.5).
+"""Covariate-shift partitions: scheme ``fedakd``, FedAKD's partition generator (pipelines/fedakd/NOTES.md §2.2-2.5).
 
 Power-law client sizes (POW), an equal covariate shift per client (BCS) and power-law sizes with a shift
 of strength C (ICS(C)), each by Algorithm 2 in a low-dimensional PCA space or as ``devide.py`` cuts the
@@ -36,7 +36,7 @@ CODE_SPLIT_STATE = 42  # train_test_split(test_size=0.2, random_state=42, shuffl
 
 
 def power_law_counts(total: int, num_clients: int) -> np.ndarray:
-    """n_k = ⌊total·(1/k)/Z⌋, Z = Σ 1/k, remainder +1 from client 1 on (specs/fedakd.md §2.2-2.4)."""
+    """n_k = ⌊total·(1/k)/Z⌋, Z = Σ 1/k, remainder +1 from client 1 on (pipelines/fedakd/NOTES.md §2.2-2.4)."""
     shares = 1.0 / np.arange(1, num_clients + 1)
     counts = np.floor(total * shares / shares.sum()).astype(np.int64)
     counts[: total - counts.sum()] += 1
@@ -53,7 +53,7 @@ def pca_coordinates(features: np.ndarray, dims: int = PCA_COMPONENTS) -> np.ndar
 
 def covariate_shift_sample(coords: np.ndarray, counts: np.ndarray, shift: float,
                            rng: np.random.Generator) -> tuple[Indices, np.ndarray, np.ndarray]:
-    """FedAKD Algorithm 2 (specs/fedakd.md §2.3): for each client k draw δ_k = √C·L·u_k (Σ = LLᵀ,
+    """FedAKD Algorithm 2 (pipelines/fedakd/NOTES.md §2.3): for each client k draw δ_k = √C·L·u_k (Σ = LLᵀ,
     u_k uniform on the sphere), so δ_kᵀΣ⁻¹δ_k = C exactly; weight every sample by the density
     N(x; μ+δ_k, Σ) (log-sum-exp normalised) and draw n_k indices with replacement. Returns the
     index arrays, the δ_k (rows) and Σ."""
@@ -77,7 +77,7 @@ def covariate_shift_sample(coords: np.ndarray, counts: np.ndarray, shift: float,
 
 def _client_test_split(part: np.ndarray, fraction: float, form: str,
                        rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-    """FedAKD's per-client split (specs/fedakd.md §2.5): code form is sklearn's
+    """FedAKD's per-client split (pipelines/fedakd/NOTES.md §2.5): code form is sklearn's
     ``train_test_split(test_size=0.2, random_state=42, shuffle=True)``; paper form splits the
     client's *unique* indices, so no duplicate of a test image is trained on (§2.3)."""
     if fraction == 0:
@@ -94,7 +94,7 @@ def _client_test_split(part: np.ndarray, fraction: float, form: str,
 
 def class_count_split(pool: np.ndarray, labels: np.ndarray, num_clients: int, size: int,
                       rng: np.random.Generator) -> Indices:
-    """FedAKD Appendix D "CLA" (specs/fedakd.md §2.7 [I]): client k (1-based) gets ``size`` samples of the
+    """FedAKD Appendix D "CLA" (pipelines/fedakd/NOTES.md §2.7 [I]): client k (1-based) gets ``size`` samples of the
     classes 0..k−1, equally many of each (the remainder to the lowest classes), drawn without replacement
     from the pool in its (shuffled) order."""
     classes = int(labels.max()) + 1
@@ -118,7 +118,7 @@ def class_count_split(pool: np.ndarray, labels: np.ndarray, num_clients: int, si
 
 def dirichlet_label_split(pool: np.ndarray, labels: np.ndarray, num_clients: int, alpha: float,
                           rng: np.random.Generator) -> Indices:
-    """FedAKD Appendix D "DIR(α)" (specs/fedakd.md §2.7): per class c, p_c ~ Dir(α·1_K), client k gets the
+    """FedAKD Appendix D "DIR(α)" (pipelines/fedakd/NOTES.md §2.7): per class c, p_c ~ Dir(α·1_K), client k gets the
     next ⌊p_{c,k}·|D_c|⌋ samples of the pool's class c (no balance cap, no redraw)."""
     parts: list[list[int]] = [[] for _ in range(num_clients)]
     for c in range(int(labels.max()) + 1):
@@ -139,7 +139,7 @@ def client_sizes(num_samples: int, num_clients: int, params: FedAKDParams) -> np
 def algorithm2_draws(features: np.ndarray, num_clients: int, seed: int,
                      params: FedAKDParams) -> tuple[Indices, np.ndarray, np.ndarray]:
     """The paper-form BCS/ICS partition's Algorithm-2 draws again, from its seed: the clients' index multisets
-    (before their local splits), the shifts δ_k and Σ (partition sanity, specs/fedakd.md §8 R0)."""
+    (before their local splits), the shifts δ_k and Σ (partition sanity, pipelines/fedakd/NOTES.md §8 R0)."""
     coords = pca_coordinates(features)[:, : params.pca_dims]
     return covariate_shift_sample(coords, client_sizes(len(features), num_clients, params), params.shift,
                                   numpy_stream(seed, "partition", "fedakd"))
@@ -148,7 +148,7 @@ def algorithm2_draws(features: np.ndarray, num_clients: int, seed: int,
 @register_partitioner("fedakd", FedAKDParams, needs=("features",))
 def fedakd(labels: np.ndarray, num_clients: int, rng: np.random.Generator, params: FedAKDParams, *,
            features: np.ndarray) -> Split:
-    """FedAKD's POW / BCS / ICS(C) covariate-shift partitions of half the train split (specs/fedakd.md §2.2-2.5),
+    """FedAKD's POW / BCS / ICS(C) covariate-shift partitions of half the train split (pipelines/fedakd/NOTES.md §2.2-2.5),
     and the label-shift CLA / DIR(α) of its Appendix D (§2.7).
 
     POW: a random half cut into power-law sizes (both forms); CLA and DIR split the same random half. Paper form (Algorithm 2, §2.3):

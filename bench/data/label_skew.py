@@ -2,9 +2,9 @@
 (:mod:`bench.data.partition`).
 
 * ``fedhkd``: one per-class Dirichlet draw cuts both the train and the test split, then each part is
-  subsampled (FedHKD's released code, specs/fedhkd.md §5.2).
+  subsampled (FedHKD's released code, pipelines/fedhkd/NOTES.md §5.2).
 * ``dafkd``: NIID-Bench's per-class Dirichlet with the balance cap, redrawn until every client holds enough
-  (DaFKD, specs/dafkd.md §3.2).
+  (DaFKD, pipelines/dafkd/NOTES.md §3.2).
 """
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ class FedHKDParams(SchemeParams):
 @register_partitioner("fedhkd", FedHKDParams, needs=("seed", "test_labels"))
 def fedhkd(labels: np.ndarray, num_clients: int, rng: np.random.Generator, params: FedHKDParams, *,
            seed: int, test_labels: np.ndarray) -> Split:
-    """FedHKD's released-code partition (specs/fedhkd.md §5.2): per-class Dirichlet shared by train and test.
+    """FedHKD's released-code partition (pipelines/fedhkd/NOTES.md §5.2): per-class Dirichlet shared by train and test.
 
     One ``Dir(β)`` draw per class cuts both the shuffled train class and the (unshuffled) test
     class, each with its own balance cap; redrawn until every train part has ``min_size``; each
@@ -69,7 +69,7 @@ class DaFKDParams(SchemeParams):
 
 @register_partitioner("dafkd", DaFKDParams)
 def dafkd(labels: np.ndarray, num_clients: int, rng: np.random.Generator, params: DaFKDParams) -> Indices:
-    """DaFKD's partition (specs/dafkd.md §3.2): the NIID-Bench per-class Dirichlet with the balance cap
+    """DaFKD's partition (pipelines/dafkd/NOTES.md §3.2): the NIID-Bench per-class Dirichlet with the balance cap
     over all training samples, resampled until every client holds ≥ 100; evaluation uses the
     full test set, so no local test split."""
     return _dirichlet_per_class(labels, num_clients, DirichletParams(alpha=params.alpha, min_size=params.min_size),

@@ -137,7 +137,7 @@ def dirichlet(labels: np.ndarray, num_clients: int, rng: np.random.Generator, pa
 
 def _dirichlet_per_class(labels: np.ndarray, num_clients: int, params: DirichletParams,
                          rng: np.random.Generator) -> Indices:
-    """NIID-Bench / FedML "hetero" partitioner (specs/dafkd.md §3.2, specs/fedhkd.md §5.2): for each
+    """NIID-Bench / FedML "hetero" partitioner (pipelines/dafkd/NOTES.md §3.2, pipelines/fedhkd/NOTES.md §5.2): for each
     class draw p ~ Dir_K(alpha), zero the share of clients already holding N/K samples (``balance``),
     cut the shuffled class at the cumulative shares; redraw everything until every client holds at
     least ``min_size`` samples. Client sizes are unequal."""
@@ -162,7 +162,7 @@ def _dirichlet_per_class(labels: np.ndarray, num_clients: int, params: Dirichlet
 
 def _dirichlet_per_client(labels: np.ndarray, num_clients: int, alpha: float,
                           rng: np.random.Generator) -> Indices:
-    """FedAL default (specs/fedal.md §4.2): each client draws class proportions q ~ Dir_C(alpha) and
+    """FedAL default (pipelines/fedal/NOTES.md §4.2): each client draws class proportions q ~ Dir_C(alpha) and
     gets m = floor(N / K) samples drawn by those proportions without replacement; when a class runs
     out, q is renormalised over the classes left and the shortfall redrawn. Leftovers are dropped."""
     classes = np.unique(labels)

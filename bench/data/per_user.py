@@ -1,6 +1,6 @@
 """Natural partitions: one client per user of a dataset that records who made each sample.
 
-* ``leaf``: LEAF's CelebA users as clients (FedAL, specs/fedal.md §4.1); the users not chosen are left
+* ``leaf``: LEAF's CelebA users as clients (FedAL, pipelines/fedal/NOTES.md §4.1); the users not chosen are left
   for FedAL's unlabelled public set (§4.3, A12), :func:`public_split`.
 """
 from __future__ import annotations
@@ -23,7 +23,7 @@ class LEAFParams(SchemeParams):
 @register_partitioner("leaf", LEAFParams, needs=("groups", "test_groups"))
 def leaf(labels: np.ndarray, num_clients: int, rng: np.random.Generator, params: LEAFParams, *,
          groups: np.ndarray, test_groups: np.ndarray) -> Split:
-    """LEAF's natural partition (specs/fedal.md §4.1): one client per LEAF user (group id).
+    """LEAF's natural partition (pipelines/fedal/NOTES.md §4.1): one client per LEAF user (group id).
 
     ``num_clients`` users are chosen (seeded, or the largest); each gets all its train samples and,
     as local test set, its LEAF test samples (indices into the test split). Users not chosen are
@@ -41,7 +41,7 @@ def leaf(labels: np.ndarray, num_clients: int, rng: np.random.Generator, params:
 
 def public_split(num_samples: int, size: int, seed: int, disjoint: bool = False,
                  candidates: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """FedAL's unlabelled public set 𝒫 (specs/fedal.md §4.3, §2.6 A12): ``size`` train-split
+    """FedAL's unlabelled public set 𝒫 (pipelines/fedal/NOTES.md §4.3, §2.6 A12): ``size`` train-split
     indices (|𝒫| ∈ {200, …, 1000}, default 1000) drawn uniformly without replacement from
     ``candidates`` (default: all), and the indices left for the clients: the whole train split by
     default (𝒫 ⊂ ∪𝒟_n), or the complement of 𝒫 when ``disjoint``. For CelebA pass as

@@ -1,8 +1,8 @@
 """What the engine gives an algorithm: models, optimisers, batch streams, the training loop,
 evaluation.
 
-Algorithms call these; they never seed, load data, pick devices or log (DESIGN.md, room
-``engine``). The runner (:mod:`bench.runner`) builds one :class:`Context` per run.
+Algorithms call these; they never seed, load data, pick devices or log (docs/architecture.md,
+room ``engine``). The runner (:mod:`bench.runner`) builds one :class:`Context` per run.
 """
 from __future__ import annotations
 
@@ -166,7 +166,7 @@ class Context:
 
     @torch.no_grad()
     def accuracy(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
-        """Exact sample-level accuracy of ``model`` in eval mode (spec fedhkd.md §3.7 [R]), forwarding
+        """Exact sample-level accuracy of ``model`` in eval mode (pipelines/fedhkd/NOTES.md §3.7 [R]), forwarding
         ``evaluation.batch_size`` samples at a time (fewer on the CPU when their activations would be
         mmapped: :func:`~bench.engine.chunks.chunk_size`)."""
         if len(y) == 0:
@@ -184,7 +184,7 @@ class Context:
                             *key: int | str) -> float:
         """The mean of per-batch accuracies over one seeded shuffled pass (stream ``key``) in batches of
         ``training.batch_size``, the last partial batch dropped when ``drop_last`` (a split smaller than
-        one batch is one batch): FedHKD's released code (specs/fedhkd.md §3.7 [C], ``evaluation.accuracy:
+        one batch is one batch): FedHKD's released code (pipelines/fedhkd/NOTES.md §3.7 [C], ``evaluation.accuracy:
         batches``). Eval mode."""
         if len(y) == 0:
             return float("nan")

@@ -37,7 +37,7 @@ class Evaluation:
     :meth:`~bench.algorithms.base.Algorithm.method_model`, e.g. an ensemble of the round's client models or
     the global model before server distillation); ``split``: the global test set, the client's local test
     split, its validation split, or all of its local data (train and local test splits: released code that
-    evaluates on the data it trained on, specs/fedakd.md §0.8); a ``method`` model: the global test set."""
+    evaluates on the data it trained on, pipelines/fedakd/NOTES.md §0.8); a ``method`` model: the global test set."""
 
     metric: str
     model: ModelRole

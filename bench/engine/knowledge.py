@@ -1,4 +1,4 @@
-"""Exchange of per-class statistics (DESIGN.md, engine item 4): prototypes and soft labels.
+"""Exchange of per-class statistics (docs/architecture.md "The engine"): prototypes and soft labels.
 
 A client summarises its data per class j as the mean feature h̄_j, the mean temperature-softened
 prediction q̄_j = mean softmax(z/T) and the count n_j (FedHKD Eq. 4, FedProto's prototypes); the
@@ -72,7 +72,7 @@ def last_writer_class_statistics(stats: Sequence[ClassStatistics],
     """Class-wise "last writer wins" over ``stats`` in the given order, starting from ``previous``:
     each class takes the statistics of the last client holding it, and a class no client holds keeps
     its previous value. This is ``dict.update`` per client, as FedHKD's released code aggregates
-    (specs/fedhkd.md §3.4 [C], §3.9)."""
+    (pipelines/fedhkd/NOTES.md §3.4 [C], §3.9)."""
     features, soft, counts = ((previous.features.clone(), previous.soft.clone(), previous.counts.clone())
                               if previous is not None else
                               (torch.zeros_like(stats[0].features), torch.zeros_like(stats[0].soft),

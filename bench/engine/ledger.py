@@ -1,5 +1,5 @@
 """Communication accounting: the bytes every method sends upstream (client → server) and downstream
-(server → client) each round, counted from its typed messages (specs/fedal.md §2.3, Fig. 11).
+(server → client) each round, counted from its typed messages (pipelines/fedal/NOTES.md §2.3, Fig. 11).
 
 A message is what a phase's message function returns (:mod:`bench.engine.protocol`): a dataclass (a
 :class:`~bench.engine.messages.Update`, logits on a public batch, a sparse vector ...), a tensor, or None.

@@ -36,7 +36,7 @@ class ClientData:
     @cached_property
     def with_test(self) -> tuple[torch.Tensor, torch.Tensor]:
         """The train and local test splits together: all of the client's local data (released code that
-        trains or evaluates on it, specs/fedakd.md §0.8)."""
+        trains or evaluates on it, pipelines/fedakd/NOTES.md §0.8)."""
         return torch.cat([self.x, self.test_x]), torch.cat([self.y, self.test_y])
 
 

@@ -1,4 +1,4 @@
-"""Named, seeded batch streams (DESIGN.md "engine"): a client's train data, a public set shared in
+"""Named, seeded batch streams (docs/architecture.md "The engine"): a client's train data, a public set shared in
 lockstep by every client, and noise for generators. Each is a pure function of the run seed and its
 key, so a resumed run draws exactly what an uninterrupted one draws.
 """

@@ -1,5 +1,5 @@
 """The server's validation set, assembled from the clients' data: what the collaborative-fairness methods
-(CFFL, CGSV, FedAVE, FedSAC) score contributions and neurons on (specs/fedakd.md §2.5). The server holds it
+(CFFL, CGSV, FedAVE, FedSAC) score contributions and neurons on (pipelines/fedakd/NOTES.md §2.5). The server holds it
 from the start, as a method's public set: it is not sent in any round (``Context.server_validation``)."""
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Model states as flat vectors: the toolkit of methods that exchange sparsified updates and give each
-client a different share of the aggregate (CFFL, CGSV, FedAVE; specs/fedakd.md §4).
+client a different share of the aggregate (CFFL, CGSV, FedAVE; pipelines/fedakd/NOTES.md §4).
 
 A *view* is an ordered list of state-dict keys; :func:`flatten` concatenates those entries (as float32)
 into one vector and :func:`unflatten` cuts a vector back into them. :func:`largest_entries` is the top-k

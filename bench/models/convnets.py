@@ -1,6 +1,6 @@
 """Plain convolutional classifiers of the papers' experiments: LeNet-5 and LEAF's CelebA CNN (FedAL's
-MNIST and CelebA clients, specs/fedal.md §4.1), the two-block SimpleCNN (FedAKD's simulations,
-specs/fedakd.md §1.8) and the 2-/3-layer CNNs of FedAKD's Appendix D / Table 5 (§2.7, as
+MNIST and CelebA clients, pipelines/fedal/NOTES.md §4.1), the two-block SimpleCNN (FedAKD's simulations,
+pipelines/fedakd/NOTES.md §1.8) and the 2-/3-layer CNNs of FedAKD's Appendix D / Table 5 (§2.7, as
 ``METHOD/standalone.py`` defines them). Default PyTorch initialisation."""
 from __future__ import annotations
 

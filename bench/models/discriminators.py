@@ -1,9 +1,9 @@
 """Discriminators trained beside the classifiers.
 
 * ``fedal_discriminator``: FedAL's server discriminator, an MLP from a client's softened logits to
-  client-index logits (specs/fedal.md §2.1, §2.6 A7).
+  client-index logits (pipelines/fedal/NOTES.md §2.1, §2.6 A7).
 * ``dafkd_discriminator``: the separate DCGAN-style discriminators of the DaFKD^{no-sharing} ablation
-  (the official ``model/gan.py``, specs/dafkd.md §1.5).
+  (the official ``model/gan.py``, pipelines/dafkd/NOTES.md §1.5).
 """
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ ACTIVATIONS = {"relu": nn.ReLU, "leaky_relu": lambda: nn.LeakyReLU(0.2)}
 
 
 class ClientDiscriminator(BodyHead):
-    """FedAL's server discriminator h(p, w): R^K -> R^N (specs/fedal.md §2.1, §2.6 A7):
+    """FedAL's server discriminator h(p, w): R^K -> R^N (pipelines/fedal/NOTES.md §2.1, §2.6 A7):
     Linear(K, 32) -> ReLU -> Linear(32, 265) -> ReLU (features) -> Linear(265, N) client-index logits
     (``activation``: ReLU, or LeakyReLU(0.2), A7's alternative).
     Its input is the temperature softmax psi(f_n, 2) of a client's logits."""
@@ -33,7 +33,7 @@ class ClientDiscriminator(BodyHead):
 
 
 class ConvDiscriminator(BodyHead):
-    """DaFKD^{no-sharing} discriminator (specs/dafkd.md §1.5). ``forward`` returns (features, logit of
+    """DaFKD^{no-sharing} discriminator (pipelines/dafkd/NOTES.md §1.5). ``forward`` returns (features, logit of
     "real", shape (B, 1)); the official sigmoid is left to a with-logits loss. Default PyTorch init.
 
     * 3x32x32 (``DiscriminatorCifar``, DCGAN D): conv4x4 s2 (64) -> LReLU -> conv4x4 s2 (128, no bias)

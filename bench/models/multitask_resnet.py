@@ -1,4 +1,4 @@
-"""DaFKD's "ResNet11" (specs/dafkd.md §3.3), the official code's ``MTLResNet(Bottleneck, [2, 2, 2])``: a
+"""DaFKD's "ResNet11" (pipelines/dafkd/NOTES.md §3.3), the official code's ``MTLResNet(Bottleneck, [2, 2, 2])``: a
 multi-task ResNet whose shared extractor phi feeds a classifier head h_c and the client's
 domain-discriminator head h_d."""
 from __future__ import annotations
@@ -37,7 +37,7 @@ class MTLResNet(BodyHead):
     16, 32, 64 (strides 1, 2, 2) -> global mean pool (256-d features). Heads: ``classifier`` h_c =
     Linear(256, C) and ``discriminator`` h_d = Linear(256, 1), whose sigmoid is the probability that x
     comes from this client's domain. Conv weights kaiming_normal(fan_out, relu), BN (1, 0), Linear
-    PyTorch default (specs/dafkd.md §1.6). ``width`` (the stem's and first stage's planes, 16) and
+    PyTorch default (pipelines/dafkd/NOTES.md §1.6). ``width`` (the stem's and first stage's planes, 16) and
     ``blocks`` per stage ((2, 2, 2)) scale it down for CPU proxies; the defaults are the paper's."""
 
     def __init__(self, in_shape: tuple[int, ...], num_classes: int, blocks: tuple[int, ...] = (2, 2, 2),

@@ -1,5 +1,5 @@
 """Wide ResNets WRN-d-k (Zagoruyko & Komodakis), pre-activation, no dropout: FedAL's SVHN clients
-(specs/fedal.md §4.1). The paper names the architectures only; the definition is the standard one.
+(pipelines/fedal/NOTES.md §4.1). The paper names the architectures only; the definition is the standard one.
 Default PyTorch initialisation."""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""What a suite's runs cost, estimated before running them (``bench suite cost``; specs/fedhkd.md §10
+"""What a suite's runs cost, estimated before running them (``bench suite cost``; pipelines/fedhkd/NOTES.md §10
 "compute basis").
 
 A run's FLOPs = (training FLOPs per trained image) × (images trained) + (forward FLOPs per image) ×
@@ -61,7 +61,7 @@ from bench.suites import Suite
 
 MEASURE_CLIENTS = 2
 DEFAULT_TFLOPS = 3.0
-"""Assumed sustained TFLOP/s of one GPU: specs/fedhkd.md §10 estimates (does not measure) 3-6 ms per
+"""Assumed sustained TFLOP/s of one GPU: pipelines/fedhkd/NOTES.md §10 estimates (does not measure) 3-6 ms per
 ResNet-18 step of batch 64 on an H100 in eager PyTorch; a step counts 13.9 GFLOP here (64 images ×
 74.1 MFLOP × 2.93 for forward and backward), so 13.9 GFLOP / 4.5 ms ≈ 3 TFLOP/s."""
 

@@ -1,9 +1,9 @@
 """Plots of a :class:`~bench.data.partition.Partition`, like the papers' figures.
 
-* :func:`plot_class_heatmap`: client x class sample counts (specs/fedhkd.md §7, Figs. 1-3).
-* :func:`plot_class_bubbles`: x = client, y = class, area ∝ count (specs/fedal.md §4.2, Fig. 4).
+* :func:`plot_class_heatmap`: client x class sample counts (pipelines/fedhkd/NOTES.md §7, Figs. 1-3).
+* :func:`plot_class_bubbles`: x = client, y = class, area ∝ count (pipelines/fedal/NOTES.md §4.2, Fig. 4).
 * :func:`plot_client_summary`: per-client sizes, class mix and an optional shift value per client
-  (specs/fedakd.md §2.2: "log per-client label histograms").
+  (pipelines/fedakd/NOTES.md §2.2: "log per-client label histograms").
 
 Each writes a PNG atomically and returns its path.
 """

@@ -109,7 +109,7 @@ def seed_values(suite: Suite, runs: dict[RunKey, RunRecord], key: RunKey,
                 extra: Sequence[str] = ()) -> dict[str, float]:
     """What is pinned of one run: each value of the suite's statistics for its setting and of the
     statistics named ``extra`` (those a pinned file holds); ``inf`` is a target never reached (rounds to a
-    target, specs/dafkd.md §3.6), pinned as such (JSON ``Infinity``)."""
+    target, pipelines/dafkd/NOTES.md §3.6), pinned as such (JSON ``Infinity``)."""
     named = [*suite.statistics(key[1]), *(Statistic.model_validate(name) for name in extra)]
     unique = list({s.name: s for s in named}.values())
     return {k: v for k, v in run_values(suite, runs, key, unique).items() if not math.isnan(v)}

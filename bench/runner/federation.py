@@ -188,7 +188,7 @@ def evaluate(ctx: Context, algorithm: Algorithm, server: Server, clients: list[C
              test_x: torch.Tensor, test_y: torch.Tensor,
              round_index: int) -> tuple[dict[str, float], list[tuple[str, int | None, float]]]:
     """The declared evaluations: a curves row (client models: the unweighted mean over clients with a
-    non-empty split, specs/fedhkd.md §3.7) and one record per value. With ``evaluation.accuracy: batches``
+    non-empty split, pipelines/fedhkd/NOTES.md §3.7) and one record per value. With ``evaluation.accuracy: batches``
     the global test set keeps its last partial batch and client splits drop it when ``training.drop_last``
     (the released FedHKD code's loaders)."""
     row: dict[str, float] = {}

@@ -34,15 +34,15 @@ the method's algorithm section and the seed;
 ``evaluation.every_iterations: I`` evaluates every I / training.local_steps rounds. ``budget``
 (in ``base``, a setting or a method's ``config``; the last one given wins) sets the training
 length: ``{rounds: R}``, or ``{iterations: I}`` for R = I / training.local_steps (FedAL's
-iteration budgets with per-method τ, specs/fedal.md A11, A15), or ``{time_of: {method: M, rounds: R}}``:
+iteration budgets with per-method τ, pipelines/fedal/NOTES.md A11, A15), or ``{time_of: {method: M, rounds: R}}``:
 the rounds this method completes in the wall-clock time M takes for R rounds, ⌊R·s_M/s⌋ with s the
 seconds per round the suite's ``timing`` file records for the setting (``bench suite time`` measures
-them; FedAKD's Table 3, specs/fedakd.md §8 R8), so the runs stay deterministic given that file. With a profile the suite is named
+them; FedAKD's Table 3, pipelines/fedakd/NOTES.md §8 R8), so the runs stay deterministic given that file. With a profile the suite is named
 ``<name>-<profile>``. Results live in ``results/<suite>/<method>/<setting>/seed<seed>/`` and
 partitions in ``partitions/<suite>/<setting>/``, both under the params file's folder.
 
 A run may depend on another method's run on the same setting and seed: through ``needs``, or
-because a statistic compares with it (CF against Standalone, specs/fedakd.md §3.1).
+because a statistic compares with it (CF against Standalone, pipelines/fedakd/NOTES.md §3.1).
 :meth:`Suite.dependencies` lists them, :meth:`Suite.train_order` trains them first.
 """
 from __future__ import annotations
@@ -138,7 +138,7 @@ class TimeOf(BaseModel):
 
 
 class Budget(BaseModel):
-    """The training length: rounds, iterations (rounds × training.local_steps, specs/fedal.md A11), or the
+    """The training length: rounds, iterations (rounds × training.local_steps, pipelines/fedal/NOTES.md A11), or the
     wall-clock time of another method's rounds (``time_of``); ``rounding: down`` takes the whole rounds
     within the iterations where τ does not divide them (FedAL's FedDF-AL, τ = 15, at 5000 iterations: 333
     rounds)."""

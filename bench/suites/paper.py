@@ -134,7 +134,7 @@ class Block(_Strict):
 
 class Acceptance(_Strict):
     """The acceptance band of the paper's own columns: a cell passes when |ours − printed| ≤ ``within``
-    (in printed units); the cells within ``tight`` are counted too (e.g. specs/fedhkd.md §10 (a):
+    (in printed units); the cells within ``tight`` are counted too (e.g. pipelines/fedhkd/NOTES.md §10 (a):
     ±3–5 points). Low-confidence cells are left out."""
 
     source: str = Field(description="where the band is stated")
@@ -144,7 +144,7 @@ class Acceptance(_Strict):
     within: float = Field(gt=0)
     tight: float | None = Field(None, gt=0)
     overrides: dict[str, float] = Field(default_factory=dict, description=(
-        "a band of its own for '<measure>' or '<measure>@<column group>' (e.g. specs/fedakd.md §8: CF ±15, "
+        "a band of its own for '<measure>' or '<measure>@<column group>' (e.g. pipelines/fedakd/NOTES.md §8: CF ±15, "
         "CIFAR-10 accuracy ±3); the most specific wins"))
 
     @model_validator(mode="after")
@@ -198,11 +198,11 @@ class Figure(_Strict):
     method of ``methods`` that runs there, the mean over seeds of ``metric`` (``metric_for``: another
     metric for some methods, e.g. FedAvg's global model) against ``x``:
 
-    * ``rounds``; ``iterations`` = rounds × ``training.local_steps`` (specs/fedal.md A11);
+    * ``rounds``; ``iterations`` = rounds × ``training.local_steps`` (pipelines/fedal/NOTES.md A11);
     * ``upload_mb``: the cumulative upstream volume per client (the ``upload_bytes`` records over the
       round's clients), in MB;
     * ``modelled_time``: the measured training time per round × rounds + the cumulative volume up and
-      down per client over a link of ``bandwidth_mbps`` (specs/fedal.md R10)."""
+      down per client over a link of ``bandwidth_mbps`` (pipelines/fedal/NOTES.md R10)."""
 
     title: str
     caption: str = ""
@@ -219,7 +219,7 @@ class PaperDefinition(_Strict):
 
     name: str
     title: str
-    source: str = Field(description="where the printed values come from, e.g. specs/fedhkd.md §6")
+    source: str = Field(description="where the printed values come from, e.g. pipelines/fedhkd/NOTES.md §6")
     proposed: str = Field(description="the paper's own method, whose rank the report states")
     methods: dict[str, str] = Field(min_length=1, description="method -> label")
     labels: dict[str, str] = Field(default_factory=dict, description="labels of suite methods not in the tables")

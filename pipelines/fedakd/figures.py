@@ -1,4 +1,4 @@
-"""FedAKD's own figures (specs/fedakd.md §6.2, §8 R0 and R10-R14), drawn by the report stage (the plug-in's
+"""FedAKD's own figures (pipelines/fedakd/NOTES.md §6.2, §8 R0 and R10-R14), drawn by the report stage (the plug-in's
 :meth:`~bench.suites.paper.Paper.own_figures`, paper.py) from the suite's
 partitions and runs, on its simulated covariate-shift settings (the paper's Figs. 1, 2 and 4 are on the
 private EHR data):
@@ -147,7 +147,7 @@ def partition_sanity(suite: SuiteView, folder: Path, data_dir: Path | None) -> l
              + ("**increases** with C" if all(a[1] < b[1] for a, b in zip(by_c, by_c[1:])) else "does **not** increase with C")
              + " on Algorithm 2's ICS partitions: " + ", ".join(f"C = {c:g}: {kl:.4f}" for c, kl in by_c) + ".")
     written = [write_text(folder / "fedakd_partition_sanity.md",
-                          f"# Partition sanity (specs/fedakd.md §8 R0), suite `{suite.name}`\n\n{table}{trend}\n")]
+                          f"# Partition sanity (pipelines/fedakd/NOTES.md §8 R0), suite `{suite.name}`\n\n{table}{trend}\n")]
     fig, (ax,) = _figure(5.5, 3.6, 1)
     for form, marker in (("paper", "o"), ("code", "s")):
         shown = sorted((p.shift, kl) for p, kl in points if p.form == form and p.setting == "ics")

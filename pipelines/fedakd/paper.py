@@ -1,4 +1,4 @@
-"""FedAKD (KDD 2025): Tables 1-5 (``paper.yaml``), the claims the report checks (specs/fedakd.md §8 R5, R6,
+"""FedAKD (KDD 2025): Tables 1-5 (``paper.yaml``), the claims the report checks (pipelines/fedakd/NOTES.md §8 R5, R6,
 R8, R9; §5.4), the sections for Tables 2 and 3, and its own figures (``figures.py``).
 
 The ``paper`` and ``paper_code`` profiles' Table-1 and Table-5 settings are the paper's columns
@@ -215,13 +215,13 @@ def _fmt(value: float | None, digits: int = 2) -> str:
 MODEL_CONFIGS = (  # the (model, dataset) configurations and the parameter counts printed
     # FedAKD (KDD 2025): SimpleCNN in every simulation; the Table 5 CNNs of the CF standalone script.
     PaperConfig("FedAKD", CLIENT_MODEL, "fedakd_simplecnn", ("fashionmnist",), (1, 28, 28), 10, printed("50,378"),
-                "specs/fedakd.md §1.8"),
+                "pipelines/fedakd/NOTES.md §1.8"),
     PaperConfig("FedAKD", CLIENT_MODEL, "fedakd_simplecnn", ("cifar10",), (3, 32, 32), 10, printed("60,554"),
-                "specs/fedakd.md §1.8"),
+                "pipelines/fedakd/NOTES.md §1.8"),
     PaperConfig("FedAKD", CLIENT_MODEL, "fedakd_cnn2", ("fashionmnist",), (1, 28, 28), 10, printed("255,690"),
-                "specs/fedakd.md §2.7 (Table 5 TwoLayerCNN_MNIST)"),
+                "pipelines/fedakd/NOTES.md §2.7 (Table 5 TwoLayerCNN_MNIST)"),
     PaperConfig("FedAKD", CLIENT_MODEL, "fedakd_cnn3", ("cifar10",), (3, 32, 32), 10, printed("1,403,978"),
-                "specs/fedakd.md §2.7 (Table 5 ThreeLayerCNN_CIFAR)"),
+                "pipelines/fedakd/NOTES.md §2.7 (Table 5 ThreeLayerCNN_CIFAR)"),
 )
 
 PAPER = register_paper(FedAKD(PaperDefinition.load(Path(__file__).with_name("paper.yaml")), MODEL_CONFIGS))

@@ -1,5 +1,5 @@
 """FedAL (arXiv:2311.16584): Tables IV-IX, the end points of Figs. 7, 10, 11 and the curves of Figs. 7-11
-(``paper.yaml``), and the paper's claims (specs/fedal.md §5.1, §5.3, §7.2) as pass/fail lines.
+(``paper.yaml``), and the paper's claims (pipelines/fedal/NOTES.md §5.1, §5.3, §7.2) as pass/fail lines.
 
 The ``paper`` profile's settings are the paper's columns (``svhn-a5`` …). The ``proxy`` (digits) and
 ``smoke`` (fabricated 3×32×32) profiles' columns are analogues (``het-a5-t6`` stands for Table VI's
@@ -85,16 +85,16 @@ class FedAL(Paper):
 
 MODEL_CONFIGS = (  # the (model, dataset) configurations and the parameter counts printed
     # FedAL: each client draws its architecture from the dataset's candidates (heterogeneous clients).
-    PaperConfig("FedAL", CLIENT_MODEL, "lenet5", ("mnist",), (1, 28, 28), 10, printed("61.7k"), "specs/fedal.md §4.1"),
-    PaperConfig("FedAL", CLIENT_MODEL, "wrn10_1", ("svhn",), (3, 32, 32), 10, printed("78k"), "specs/fedal.md §4.1"),
-    PaperConfig("FedAL", CLIENT_MODEL, "wrn10_2", ("svhn",), (3, 32, 32), 10, printed("0.30M"), "specs/fedal.md §4.1"),
-    PaperConfig("FedAL", CLIENT_MODEL, "wrn16_1", ("svhn",), (3, 32, 32), 10, printed("175k"), "specs/fedal.md §4.1"),
+    PaperConfig("FedAL", CLIENT_MODEL, "lenet5", ("mnist",), (1, 28, 28), 10, printed("61.7k"), "pipelines/fedal/NOTES.md §4.1"),
+    PaperConfig("FedAL", CLIENT_MODEL, "wrn10_1", ("svhn",), (3, 32, 32), 10, printed("78k"), "pipelines/fedal/NOTES.md §4.1"),
+    PaperConfig("FedAL", CLIENT_MODEL, "wrn10_2", ("svhn",), (3, 32, 32), 10, printed("0.30M"), "pipelines/fedal/NOTES.md §4.1"),
+    PaperConfig("FedAL", CLIENT_MODEL, "wrn16_1", ("svhn",), (3, 32, 32), 10, printed("175k"), "pipelines/fedal/NOTES.md §4.1"),
     PaperConfig("FedAL", CLIENT_MODEL, "resnet18_cifar", ("cifar10", "cinic10"), (3, 32, 32), 10, printed("11.2M"),
-                "specs/fedal.md §4.1"),
+                "pipelines/fedal/NOTES.md §4.1"),
     PaperConfig("FedAL", CLIENT_MODEL, "resnet34_cifar", ("cifar10", "cinic10"), (3, 32, 32), 10, printed("21.3M"),
-                "specs/fedal.md §4.1"),
+                "pipelines/fedal/NOTES.md §4.1"),
     PaperConfig("FedAL", CLIENT_MODEL, "celeba_cnn", ("celeba",), (3, 84, 84), 2, printed("30k"),
-                "specs/fedal.md §4.1"),
+                "pipelines/fedal/NOTES.md §4.1"),
 )
 
 PAPER = register_paper(FedAL(PaperDefinition.load(Path(__file__).with_name("paper.yaml")), MODEL_CONFIGS))

@@ -1,5 +1,5 @@
 """FedHKD (ICLR 2023): Tables 1 and 2 (``paper.yaml``), the claims the report checks
-(specs/fedhkd.md §6, §6.1, §10) and the Params and Time sections.
+(pipelines/fedhkd/NOTES.md §6, §6.1, §10) and the Params and Time sections.
 
 The ``paper`` profile's settings are the paper's columns (``svhn-m10`` … ``svhn-b5``). The ``proxy``
 (digits) and ``smoke`` (fabricated 3x32x32) profiles' columns are analogues of the paper's
@@ -190,15 +190,15 @@ def _fmt(value: float | None, digits: int) -> str:
 MODEL_CONFIGS = (  # the (model, dataset) configurations and the parameter counts printed
     # FedHKD (ICLR 2023): torchvision backbones with fc -> d, then Linear(d, n).
     PaperConfig("FedHKD", CLIENT_MODEL, "fedhkd_shufflenetv2", ("svhn",), (3, 32, 32), 10, printed("1,286,734"),
-                "specs/fedhkd.md §5.4 (Table 1 \"1.286\")", {"latent_dim": 32}),
+                "pipelines/fedhkd/NOTES.md §5.4 (Table 1 \"1.286\")", {"latent_dim": 32}),
     PaperConfig("FedHKD", CLIENT_MODEL, "fedhkd_resnet18", ("cifar10",), (3, 32, 32), 10, printed("11,209,994"),
-                "specs/fedhkd.md §5.4 (Table 1 \"11.209\"; the 2022 log)", {"latent_dim": 64}),
+                "pipelines/fedhkd/NOTES.md §5.4 (Table 1 \"11.209\"; the 2022 log)", {"latent_dim": 64}),
     PaperConfig("FedHKD", CLIENT_MODEL, "fedhkd_resnet18", ("cifar100",), (3, 32, 32), 100, printed("11,215,844"),
-                "specs/fedhkd.md §5.4 (Table 1 \"11.215\")", {"latent_dim": 64}),
+                "pipelines/fedhkd/NOTES.md §5.4 (Table 1 \"11.215\")", {"latent_dim": 64}),
     PaperConfig("FedHKD", FEATURE_GENERATOR, "fedgen_generator", ("cifar10",), (64,), 10, printed("0.072M"),
-                "specs/fedhkd.md §4 FedGen (Table 1 11.281 - 11.209)", {"noise_dim": 64, "hidden": 512}),
+                "pipelines/fedhkd/NOTES.md §4 FedGen (Table 1 11.281 - 11.209)", {"noise_dim": 64, "hidden": 512}),
     PaperConfig("FedHKD", FEATURE_GENERATOR, "fedgen_generator", ("cifar100",), (64,), 100, printed("0.118M"),
-                "specs/fedhkd.md §4 FedGen (Table 1 11.333 - 11.215)", {"noise_dim": 64, "hidden": 512}),
+                "pipelines/fedhkd/NOTES.md §4 FedGen (Table 1 11.333 - 11.215)", {"noise_dim": 64, "hidden": 512}),
     # No SVHN generator: its d = 32 generator has 55,840 parameters (0.056M), not the 0.071M of Table 1's
     # 1.357 - 1.286; no generator of this shape with a 32-dim output gives it (the search in tests/test_models.py).
 )

@@ -1,4 +1,4 @@
-"""GPU-hours of the DaFKD pipeline at paper scale, for both readings of E (specs/dafkd.md A1, §6 budget).
+"""GPU-hours of the DaFKD pipeline at paper scale, for both readings of E (pipelines/dafkd/NOTES.md A1, §6 budget).
 
     uv run python pipelines/dafkd/validation/gpu_budget.py [--tflops 3]
 
