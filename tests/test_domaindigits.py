@@ -186,3 +186,27 @@ def test_dvc_stage_builds_offline_byte_identical_twice(tmp_path):
     sha256 = json.loads((tmp_path / "data" / "prepared" / "domaindigits28" / "manifest.json").read_text())["sha256"]
     assert f"`domaindigits28` | {dd.VERSION} | `{sha256}`" in (root / "docs" / "datasets.md").read_text()
 
+
+def test_benchmark_script_measures_on_a_small_variant(small, monkeypatch):
+    """benchmarks/domaindigits.py (docs/datasets.md's figures), pointed at the small variants: every proxy's
+    FedAvg row still resolves from its params file, and each measurement runs and reports what it says."""
+    from argparse import Namespace
+
+    from benchmarks import domaindigits as script
+
+    root = small["28"].parent.parent
+    monkeypatch.setattr(script, "SHAPES", {s: (spec.name, spec.image_shape) for s, spec in SMALL.items()})
+    for proxy in script.PROXIES:
+        config = script.proxy_config(proxy, SMALL["32"].name, 1, overrides=["training.optimizer.lr=0.01"])
+        assert (config.partition.scheme, config.dataset.name, config.training.rounds) == ("iid", SMALL["32"].name, 1)
+        assert config.training.optimizer.lr == 0.01
+    fedavg = script.measure_fedavg(Namespace(proxy="dafkd", shape="28", train=None, rounds=2, every=1, set=[],
+                                             data_dir=root))
+    assert fedavg["model"] == "dafkd_resnet11" and 0 <= fedavg["global_acc"] <= 1 and set(fedavg["curve"]) == {1, 2}
+    assert fedavg["images_per_round"] == 4 * 20 * 32  # 4 of 10 clients a round, 20 steps of 32
+    domains = script.measure_domains(Namespace(shape="32", train=0, epochs=1, data_dir=root))
+    assert domains["train_images"] == 200 and set(domains["per_domain_acc"]) == {d.name for d in dd.DOMAINS}
+    features = script.measure_features(Namespace(shape="28", optimizer="sgd", lr=0.05, steps=2, seeds=2,
+                                                 data_dir=root))
+    assert [r["seed"] for r in features["runs"]] == [0, 1]
+    assert all(0 <= r["dead_features"] <= 1 for r in features["runs"])
