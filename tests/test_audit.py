@@ -113,7 +113,8 @@ def _restore(clone: Path, *paths: str) -> None:
     (lambda run: run.joinpath("records.csv").write_text(
         run.joinpath("records.csv").read_text().replace("\n3,train_loss,,", "\n3,train_loss,,1", 1)),
      "seed 0: records.csv in {run} differ from what `dvc repro` recorded"),  # a record the statistic does not use
-    (lambda run: run.joinpath("config.yaml").write_text(run.joinpath("config.yaml").read_text() + "seed: 9\n"),
+    (lambda run: run.joinpath("config.yaml").write_text(run.joinpath("config.yaml").read_text().replace("\nseed: 0\n",
+                                                                                                    "\nseed: 9\n")),
      "seed 0: config.yaml is not the config metrics.json names"),
 ], ids=["metrics.json", "unused-record", "config.yaml"])
 def test_audit_fails_when_a_recorded_value_or_file_differs(clone: Path, edit, found: str) -> None:  # type: ignore[no-untyped-def]
