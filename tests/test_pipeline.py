@@ -69,7 +69,8 @@ def test_dvc_repro_report_pin_compare(project: Path) -> None:
     assert "0 CHANGED, 0 DRIFT, 0 MISSING" in drift_table
     assert any(line.split()[:3] == ["fedavg", "iid", "0"] for line in drift_table.splitlines())
     # the log: the summary line, not the table
-    assert "0 DRIFT, 0 MISSING, 0 not pinned (full table: reports/default/drift.md)" in passing.stdout
+    assert ("0 DRIFT, 0 MISSING, 0 not pinned; partitions: 2 of 2 verified against their data, scheme and seed "
+            "(full table: reports/default/drift.md)") in passing.stdout
     assert not any(line.split()[:3] == ["fedavg", "iid", "0"] for line in passing.stdout.splitlines())
 
     again = run_dvc(project, "repro")
@@ -99,7 +100,8 @@ def test_a_changed_config_fails_until_pinned(project: Path) -> None:
     changed = run_dvc(project, "repro")
     assert changed.returncode != 0
     # fedprox: 2 settings x (1 seed + the mean) x 4 values
-    assert ", 16 CHANGED, 0 DRIFT, 0 MISSING, 0 not pinned (full table: reports/default/drift.md)" in changed.stdout
+    assert (", 16 CHANGED, 0 DRIFT, 0 MISSING, 0 not pinned; partitions: 2 of 2 verified against their data, scheme "
+            "and seed (full table: reports/default/drift.md)") in changed.stdout
     assert "CHANGED: fedprox/iid: seed 0 trained with another config than pinned (8 values)" in changed.stdout
     assert "re-pin with `bench pin`" in changed.stdout
     pin = subprocess.run([sys.executable, "-m", "bench.cli", "pin"], cwd=project, capture_output=True, text=True)
