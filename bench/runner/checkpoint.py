@@ -34,6 +34,7 @@ import dataclasses
 import enum
 import hashlib
 import io
+import math
 import os
 import pickle
 import sys
@@ -88,8 +89,9 @@ class CheckpointPolicy:
     interval_s: float = 60.0  # at least this long between checkpoints; 0: after every `every`-th round
 
     def __post_init__(self) -> None:
-        if self.every < 0 or self.interval_s < 0 or self.interval_s != self.interval_s:
-            raise ValueError(f"checkpoint policy: every={self.every} and interval_s={self.interval_s} must be >= 0")
+        if self.every < 0 or not (math.isfinite(self.interval_s) and self.interval_s >= 0):
+            raise ValueError(f"checkpoint policy: every={self.every} and interval_s={self.interval_s} must be finite "
+                             "and >= 0")
 
     def due(self, round_index: int, since_last_s: float, last_write_s: float) -> bool:
         """Whether to write after ``round_index``, ``since_last_s`` after the last checkpoint (or the run's
