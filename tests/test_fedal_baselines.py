@@ -118,6 +118,57 @@ def test_feddf_teacher_is_the_mean_of_the_received_models() -> None:
     assert len(server.state.models) == 2 and server.model is None  # two groups (CNN, MLP): no single global model
 
 
+def test_feddf_al_without_its_adversarial_and_less_forgetting_terms_is_feddf() -> None:
+    """FedDF-AL's reading (pipelines/fedal/NOTES.md §3.2.8, a design of ours): FedDF's groups, averaging and ensemble
+    teacher, with FedAL's terms added, so with W_ADV = W_LFL = W_LFG = 0 it is FedDF bit for bit; with them it is
+    not (the equality is not vacuous)."""
+    common = {"training": {"rounds": 2, "local_steps": 2}}
+    runs = {}
+    for key, algorithm in (("feddf", {"name": "feddf", "distill_steps": 2}),
+                           ("bare", {"name": "feddf_al", "distill_steps": 2, "adv_weight": 0.0,
+                                     "lf_local_weight": 0.0, "lf_global_weight": 0.0}),
+                           ("feddf_al", {"name": "feddf_al", "distill_steps": 2})):
+        result = run_federation(fedal_config(algorithm=algorithm, **common))
+        runs[key] = [(r, m, c, v) for r, m, c, v in result.records if m in ("client_global_acc", "train_loss")]
+    assert runs["bare"] == runs["feddf"]
+    assert runs["feddf_al"] != runs["feddf"]
+
+
+def test_feddf_al_discriminator_tells_the_architecture_groups_apart(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The game is played by the G group students after averaging, not by the N clients: a G-way discriminator
+    (CNN and MLP: 2 outputs for 4 clients), fed each student's logits on the distillation batch, a student's class
+    its group's index among the sorted architectures; one discriminator step per distillation step."""
+    import bench.algorithms.feddf_al as feddf_al
+
+    seen: list[tuple[tuple[int, ...], list[int]]] = []
+    original = feddf_al.discriminator_round
+
+    def spy(state, round_index, logits, targets, temperature):  # type: ignore[no-untyped-def]
+        seen.append((tuple(logits.shape), targets.tolist()))
+        return original(state, round_index, logits, targets, temperature)
+
+    monkeypatch.setattr(feddf_al, "discriminator_round", spy)
+    result = run_federation(fedal_config(algorithm={"name": "feddf_al", "distill_steps": 3},
+                                         training={"rounds": 2, "local_steps": 1}))
+    discriminator = result.state.server.state.discriminator
+    assert discriminator.classifier.out_features == 2 and len(result.state.clients) == 4
+    assert seen == [((2, 16, 10), [0, 1])] * 2 * 3  # groups sorted: cnn 0, mlp 1; B = 16, K = 10
+
+
+def test_the_fedal_report_says_feddf_al_is_a_design_of_ours() -> None:
+    """Wherever FedDF-AL has rows, the report says its design is ours (the paper gives τ and E_adv only)."""
+    from bench.suites import load_suite
+    from bench.suites.plugins import import_paper_module
+
+    params = Path(__file__).resolve().parents[1] / "pipelines" / "fedal" / "params.yaml"
+    paper = import_paper_module(params.with_name("paper.py")).PAPER
+    suite = load_suite(params, overrides=["profile=proxy"])
+    [section] = paper.sections(suite, paper.printed())
+    assert "design of ours" in section.title and "τ = 15 and E_adv = 2" in section.note
+    from types import SimpleNamespace
+    assert paper.sections(SimpleNamespace(methods=["fedal", "fedmd_fedal"]), paper.printed()) == []
+
+
 def test_fedproto_fedal_needs_one_feature_dimension() -> None:
     """SVHN's WRN mix has 64- and 128-d features: FedAL does not run FedProto there, and we refuse it."""
     with pytest.raises(BenchError, match="one feature dimension"):
