@@ -69,6 +69,61 @@ def test_fccl_public_step_is_a_fresh_adam_and_pretraining_anneals() -> None:
     assert [cosine_lr(e, 4, 1e-3, 1e-6) for e in (0, 2)] == pytest.approx([1e-3, (1e-3 + 1e-6) / 2])
 
 
+@pytest.mark.parametrize("public_pass, batches", [("tau", 1), ("epoch", 4)])
+def test_fccl_public_stage_is_tau_batches_or_one_pass_over_the_public_set(public_pass: str, batches: int,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """``public_pass: tau`` (FedAL's lockstep stage): τ = 1 public batch a round; ``epoch`` (the authors' code,
+    ``col_update`` over the whole public loader): every public image once a round (64 images, batches of 16)."""
+    from bench.algorithms.knowledge_transfer import KnowledgeTransfer
+
+    seen: list[torch.Tensor] = []
+    original = KnowledgeTransfer.forward_public
+
+    def spy(self, client, x):  # type: ignore[no-untyped-def]
+        if client.cid == 0:
+            seen.append(x.clone())
+        return original(self, client, x)
+
+    monkeypatch.setattr(KnowledgeTransfer, "forward_public", spy)
+    result = run_federation(fedal_config(algorithm={"name": "fccl", "pretrain_epochs": 1, "public_pass": public_pass},
+                                         training={"rounds": 2, "local_steps": 1}))
+    assert len(seen) == 2 * batches
+    public = result.state.algorithm.ctx.public_x
+    if public_pass == "epoch":
+        for r in range(2):
+            rows = torch.cat(seen[r * batches:(r + 1) * batches])
+            assert sorted(row.numpy().tobytes() for row in rows) == sorted(row.numpy().tobytes() for row in public)
+
+
+@pytest.mark.parametrize("budget, cap", [("run", 3), ("epochs", None)])
+def test_fccl_pretraining_is_capped_at_the_runs_local_budget_or_runs_all_its_epochs(
+        budget: str, cap: int | None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``pretrain_budget: run``: at most rounds × τ steps (3 × 1); ``epochs`` (the authors' code): every step of
+    its epochs, here 2 passes over each client's data in batches of 16."""
+    import bench.algorithms.fccl as fccl
+
+    counted: dict[str, int] = {}
+
+    class Counting(fccl.Loop):  # type: ignore[misc]
+        def run(self, batches, step_fn):  # type: ignore[no-untyped-def]
+            batches = list(batches)
+            if "pre-training" in str(self.who):
+                counted[str(self.who)] = counted.get(str(self.who), 0) + len(batches)
+            return super().run(batches, step_fn)
+
+    monkeypatch.setattr(fccl, "Loop", Counting)
+    result = run_federation(fedal_config(algorithm={"name": "fccl", "pretrain_epochs": 2, "pretrain_budget": budget},
+                                         training={"rounds": 3, "local_steps": 1}))
+    epochs = {f"{c.cid} (pre-training)": 2 * (c.data.num_samples // 16) for c in result.state.clients}
+    assert min(epochs.values()) > 3
+    assert counted == {who: steps if cap is None else min(cap, steps) for who, steps in epochs.items()}
+
+
+def test_fccl_refuses_two_public_step_counts() -> None:
+    with pytest.raises(BenchError, match="global_steps and public_pass: epoch"):
+        run_federation(fedal_config(algorithm={"name": "fccl", "public_pass": "epoch", "global_steps": 2}))
+
+
 def test_fd_targets_by_hand() -> None:
     """Per-label mean logits; the leave-one-out over the clients holding a label: clients A, B hold label 0
     with means [2, 0] and [4, 0], only A holds label 1 → G_0 = [3, 0] (|S_0| = 2), so A's target for label 0
