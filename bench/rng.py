@@ -1,4 +1,4 @@
-"""Named random streams derived from one run seed (DESIGN.md "Determinism and provenance").
+"""Named random streams derived from one run seed (docs/architecture.md "Determinism").
 
 Every stream is ``numpy.random.SeedSequence([seed, *key])`` for a key path such as
 ``("batches", client, round)``; no code touches numpy's or torch's global RNG state except

@@ -92,11 +92,11 @@ def workload() -> dict[str, Any]:
 
 
 def step_key(entry: dict[str, Any]) -> str:
-    """One line naming a step: ``model{kwargs} CxHxW/classes b=batch optimiser``."""
-    kwargs = ",".join(f"{k}={v}" for k, v in sorted(entry["kwargs"].items()))
-    shape = "x".join(str(s) for s in entry["shape"])
-    return (f"{entry['model']}{{{kwargs}}} {shape}/{entry['classes']} b={entry['batch']} {entry['optimizer']}"
-            + (f"(m={entry['momentum']:g})" if entry.get("momentum") else ""))
+    """The step's name as ``bench suite cost --gpu`` looks it up (bench/report/cost.py ``step_key``)."""
+    from bench.report.cost import step_key as key
+
+    return key(entry["model"], entry["kwargs"], entry["shape"], entry["classes"], entry["batch"], entry["optimizer"],
+               entry.get("momentum", 0.0))
 
 
 # ---- measure: on the GPU machine --------------------------------------------------------------------------

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -34,6 +35,17 @@ def small_config(**sections: Any) -> ExperimentConfig:
     for key, value in sections.items():
         raw[key] = {**raw.get(key, {}), **value} if isinstance(value, dict) else value
     return build_config(raw)
+
+
+def copy_pipeline(paper: str, project: Path) -> Path:
+    """``pipelines/<paper>/``'s dvc.yaml and paper plug-in (paper.yaml and the folder's modules) copied into a
+    scratch ``project``; returns the copy's folder, whose params.yaml the caller writes."""
+    folder = project / "pipelines" / paper
+    folder.mkdir(parents=True)
+    for path in (Path(__file__).resolve().parents[1] / "pipelines" / paper).iterdir():
+        if path.name in ("dvc.yaml", "paper.yaml") or path.suffix == ".py":
+            shutil.copy(path, folder)
+    return folder
 
 
 def run_dvc(project: Path, *args: str) -> subprocess.CompletedProcess[str]:

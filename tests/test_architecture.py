@@ -1,5 +1,5 @@
 """The architecture's promises that code review alone would miss: the rooms import each other in one
-direction only, and no method state travels in string-keyed dicts."""
+direction only (that no method state travels untyped is tests/test_typed_state.py)."""
 from __future__ import annotations
 
 import ast
@@ -7,7 +7,6 @@ import re
 from pathlib import Path
 
 import networkx as nx
-import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "bench"
 # The rooms from the ground up (docs/architecture.md); a room may import only rooms to its left.
@@ -57,10 +56,46 @@ def test_every_room_is_layered() -> None:
     assert {room(m) for m in import_graph().nodes if m != "bench"} <= set(LAYERS)
 
 
-@pytest.mark.parametrize("path", sorted((PACKAGE / "algorithms").glob("*.py")) + sorted((PACKAGE / "engine").glob("*.py")),
-                         ids=lambda p: p.name)
-def test_no_method_state_in_string_keyed_extra_dicts(path: Path) -> None:
-    assert not re.search(r"\.extra\b|extra\[|extra: dict", path.read_text())
+def paper_names() -> set[str]:
+    """The papers of the repository: each folder of pipelines/ with a paper plug-in (paper.py)."""
+    return {path.parent.name for path in (PACKAGE.parent / "pipelines").glob("*/paper.py")}
+
+
+def test_only_method_files_under_bench_are_named_after_a_paper() -> None:
+    """A paper is a folder of pipelines/; bench/ holds what papers share, named by what it is (models by
+    architecture, partitions by what they draw). A method is one file named after it, and FedAL, FedHKD, DaFKD
+    and FedAKD are methods too: bench/algorithms/<method>.py registering that method is the only exception."""
+    from bench.algorithms import algorithm_names
+
+    papers = paper_names()
+    assert papers >= {"fedal", "fedhkd", "dafkd", "fedakd"}
+    named = {path for path in PACKAGE.rglob("*") if path.is_file() and "__pycache__" not in path.parts
+             and any(paper in part for part in path.relative_to(PACKAGE).parts for paper in papers)}
+    methods = {path for path in named if path.parent == PACKAGE / "algorithms" and path.suffix == ".py"
+               and path.stem in algorithm_names()}
+    assert sorted(map(str, named - methods)) == []
+
+
+def test_no_bench_module_imports_a_paper_plug_in() -> None:
+    """bench finds papers from a suite's params file or the fkd_bench.papers entry points, never by importing
+    one: no bench module imports from pipelines/ (or a plug-in's package), nor names a plug-in's file."""
+    papers = paper_names()
+    offenders = []
+    for path in PACKAGE.rglob("*.py"):
+        tree = ast.parse(path.read_text())
+        docstrings = {id(node.body[0].value) for node in ast.walk(tree)
+                      if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+                      and node.body and isinstance(node.body[0], ast.Expr)
+                      and isinstance(node.body[0].value, ast.Constant)}
+        for node in ast.walk(tree):
+            imported = [node.module or ""] if isinstance(node, ast.ImportFrom) else \
+                [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            offenders += [(path.name, name) for name in imported if name.split(".")[0] in ("pipelines", *papers)
+                          or name.startswith("fkd_paper_")]
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
+                offenders += [(path.name, node.value) for paper in papers  # citing its NOTES.md is no import
+                              if re.search(rf"pipelines/{paper}/[\w/]*\.py|{paper}/paper\.py", node.value)]
+    assert offenders == []
 
 
 def test_importing_bench_pins_portable_cpu_kernels() -> None:

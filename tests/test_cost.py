@@ -2,13 +2,14 @@
 images from the setting's partition, GPU-hours at a stated throughput."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
 from bench.cli import main
 from bench.data import load_dataset
-from bench.report.cost import cost_table, suite_costs
+from bench.report.cost import MeasuredSteps, cost_table, suite_costs
 from bench.runner.federation import partition_for
 from bench.suites import load_suite
 
@@ -52,3 +53,49 @@ def test_a_method_that_runs_on_none_of_the_settings_has_no_row() -> None:
     table = cost_table(suite, 2.0)
     rows = [line.split("|")[1].strip() for line in table.splitlines() if line.startswith("| ")][1:]
     assert rows == ["fedavg", "fedmd", "total"]
+
+
+def test_measured_step_times_price_each_run_at_its_own_models_speed(tmp_path: Path) -> None:
+    """With --gpu, a run's training FLOPs cost the measured seconds per FLOP of its model's step and its
+    evaluation FLOPs those of its forward: a model twice as slow per FLOP doubles the run's GPU-hours."""
+    suite = load_suite(PARAMS, overrides=OVERRIDES)
+    costs = {c.method: c for c in suite_costs(suite)}
+    key = costs["fedavg"].steps[0]
+    assert costs["moon"].steps == (key,) and costs["fedavg"].evaluated == key
+    row = {"key": key, "deterministic": {"step_s": 0.004, "step_flops": 2e9, "forward_s": 0.001, "forward_flops": 4e9}}
+    path = tmp_path / "gpu.json"
+    path.write_text(json.dumps({"device": "Test GPU", "steps": [row]}))
+    gpu = MeasuredSteps.load(path)
+    c = costs["moon"]
+    assert gpu.seconds(c) == pytest.approx(c.train_flops_per_image * c.train_images * 2e-12
+                                           + c.forward_flops * c.eval_images * 0.25e-12)
+    table = cost_table(suite, 2.0, gpu=gpu)
+    assert "GPU-h on Test GPU (measured steps)" in table.splitlines()[2]
+    total = sum(gpu.seconds(c) for c in costs.values()) / 3600
+    assert table.splitlines()[-1].split("|")[5].strip() == f"{total:.3g}"
+    row["deterministic"]["step_s"] = 0.008
+    path.write_text(json.dumps({"device": "Test GPU", "steps": [row]}))
+    assert MeasuredSteps.load(path).seconds(c) > gpu.seconds(c)
+
+
+def test_a_step_file_without_the_runs_model_is_refused_in_one_line(tmp_path: Path,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "gpu.json"
+    path.write_text(json.dumps({"device": "Test GPU", "steps": []}))
+    args = ["suite", "cost", "--params", str(PARAMS), *sum((["-S", o] for o in OVERRIDES), []), "--gpu", str(path)]
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: fedavg on m5: no step measured on Test GPU for ") and "\n" not in err
+    path.write_text("not json")
+    assert main(args) == 2
+    assert "not a step-time file of benchmarks/gpu.py measure" in capsys.readouterr().err
+
+
+def test_the_committed_gpu_measurement_covers_every_paper_profiles_steps() -> None:
+    """benchmarks/gpu/workload.json is what the paper profiles train today, and the committed measurement
+    has a step time for each: `bench suite cost --gpu` prices every paper profile without a gap."""
+    from benchmarks.gpu import WORKLOAD, workload
+
+    assert json.loads(WORKLOAD.read_text()) == workload(), "run `uv run python benchmarks/gpu.py workload` again"
+    measured = json.loads((WORKLOAD.parent / "gpu-nvidia-h200.json").read_text())
+    assert {s["key"] for s in measured["steps"]} >= {s["key"] for s in workload()["steps"]}

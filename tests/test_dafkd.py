@@ -1,4 +1,4 @@
-"""DaFKD (specs/dafkd.md §1) and FedFTG (§2.5): every loss term by hand, the personal domain head, seeded
+"""DaFKD (pipelines/dafkd/NOTES.md §1) and FedFTG (§2.5): every loss term by hand, the personal domain head, seeded
 streams, the no-correlation ablation as DaFKD with uniform weights, rounds to a target from records."""
 from __future__ import annotations
 
@@ -143,27 +143,29 @@ def test_the_personal_domain_head_is_never_averaged_nor_overwritten(monkeypatch:
     server's head is never averaged. ``head: shared`` (the code) continues one head from client to client."""
     last_trained: dict[int, torch.Tensor] = {}
     checked = []
-    broadcast, local_update = DaFKD.broadcast, DaFKD.local_update
+    receive, local_update = DaFKD.receive_broadcast, DaFKD.local_update
 
     def head(model: torch.nn.Module) -> torch.Tensor:
         return torch.cat([v.flatten() for k, v in model.state_dict().items() if k.startswith(HEAD)]).clone()
 
-    def spy_broadcast(self: DaFKD, server: Any, client: Any) -> None:
+    def spy_receive(self: DaFKD, client: Any, message: Any) -> None:
         before = head(client.model)
-        broadcast(self, server, client)
+        assert not any(k.startswith(HEAD) for k in message.state)  # h_d is never sent with φ and h_c
+        receive(self, client, message)
         if self.params.head == "personal":
             assert torch.equal(head(client.model), before)  # not overwritten
-            assert torch.equal(before, last_trained.get(client.cid, head(server.model)))  # kept since its training
+            initial = head(self.ctx.build_model("server"))
+            assert torch.equal(before, last_trained.get(client.cid, initial))  # kept since its training
             checked.append(client.cid)
         elif last_trained:  # the code: the head the previous client left
             assert torch.equal(head(client.model), last_trained[-1])
 
-    def spy_update(self: DaFKD, round_index: int, server: Any, client: Any) -> Any:
-        out = local_update(self, round_index, server, client)
+    def spy_update(self: DaFKD, round_index: int, client: Any) -> Any:
+        out = local_update(self, round_index, client)
         last_trained[client.cid] = last_trained[-1] = head(client.model)
         return out
 
-    monkeypatch.setattr(DaFKD, "broadcast", spy_broadcast)
+    monkeypatch.setattr(DaFKD, "receive_broadcast", spy_receive)
     monkeypatch.setattr(DaFKD, "local_update", spy_update)
     result = run_federation(dafkd_config(rounds=4))
     server, clients = result.state.server, result.state.clients

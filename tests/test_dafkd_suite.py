@@ -13,18 +13,20 @@ import pytest
 import yaml
 
 from bench.algorithms.fedgen import FedGenParams
-from bench.suites import PAPERS, load_suite
-from bench.suites.dafkd import SENSITIVITY
-from tests.conftest import run_dvc
+from bench.suites import load_suite
+from bench.suites.plugins import import_paper_module
+from tests.conftest import copy_pipeline, run_dvc
 
 ROOT = Path(__file__).resolve().parents[1]
 PARAMS = ROOT / "pipelines" / "dafkd" / "params.yaml"
-PAPER = PAPERS["dafkd"]
+dafkd = import_paper_module(PARAMS.with_name("paper.py"))
+SENSITIVITY = dafkd.SENSITIVITY
+PAPER = dafkd.PAPER
 DEFINITION = PAPER.definition
 
 
 def test_transcribed_tables_reproduce_the_specs_derived_numbers() -> None:
-    """specs/dafkd.md §4 "Derived from Table 1": DaFKD's margin over the best baseline and its rank per cell;
+    """pipelines/dafkd/NOTES.md §4 "Derived from Table 1": DaFKD's margin over the best baseline and its rank per cell;
     Table 2's best and second best per row."""
     printed = PAPER.printed()
     margins, ranks = {}, {}
@@ -109,9 +111,7 @@ def test_smoke_profile_dvc_repro_end_to_end(tmp_path: Path) -> None:
     the paper report (tables, figures, claims), then pin and `dvc repro` again: the compare stage passes."""
     project = tmp_path / "project"
     shutil.copytree(ROOT / "bench", project / "bench", ignore=shutil.ignore_patterns("__pycache__"))
-    pipeline = project / "pipelines" / "dafkd"
-    pipeline.mkdir(parents=True)
-    shutil.copy(ROOT / "pipelines" / "dafkd" / "dvc.yaml", pipeline)
+    pipeline = copy_pipeline("dafkd", project)
     params = yaml.safe_load(PARAMS.read_text())
     params["profile"] = "smoke"
     params["profiles"]["smoke"]["suite"]["base"]["tracking"] = {"mlflow": False}

@@ -63,10 +63,11 @@ def test_fedprox_with_mu_zero_is_fedavg(data_dir: Path) -> None:
 
 
 def test_one_full_batch_round_is_one_large_batch_sgd_step(data_dir: Path) -> None:
-    """Σ_k (n_k/n) (w - lr g_k) = w - lr Σ_k (n_k/n) g_k = one SGD step on the union (BN-free model)."""
+    """Σ_k (n_k/n) (w - lr g_k) = w - lr Σ_k (n_k/n) g_k = one SGD step on the union (BN-free model). A batch of
+    the dataset's 1347 training images is each client's whole split (a larger one is refused)."""
     cfg = small_config(partition={"scheme": "iid", "num_clients": 5, "local_test_fraction": 0.0},
                        model={"name": "mlp"},
-                       training={"rounds": 1, "local_epochs": None, "local_steps": 1, "batch_size": 10_000,
+                       training={"rounds": 1, "local_epochs": None, "local_steps": 1, "batch_size": 1347,
                                  "optimizer": {"name": "sgd", "lr": 0.5}})
     result = run_federation(cfg, data_dir)
     data = load_dataset("digits", data_dir)
@@ -282,7 +283,7 @@ def test_run_many_parallel_logs_every_run_in_order(data_dir: Path, tmp_path: Pat
 
 
 def test_fedprox_proximal_term_by_hand() -> None:
-    """local_loss = CE + (μ/2)·Σ‖w − w^t‖² over the trainable parameters (specs/dafkd.md §2.2)."""
+    """local_loss = CE + (μ/2)·Σ‖w − w^t‖² over the trainable parameters (pipelines/dafkd/NOTES.md §2.2)."""
     from bench.algorithms.fedprox import FedProx, FedProxParams
     from bench.engine.loop import Step
     from bench.engine.state import ClientData
@@ -292,7 +293,7 @@ def test_fedprox_proximal_term_by_hand() -> None:
     method = FedProx(FedProxParams(mu=0.3), ctx)
     server = method.init_server()
     client = Client(0, ClientData(*(torch.zeros(0),) * 4), ctx.build_model("client", 0), method.init_client_state(0))
-    method.broadcast(server, client)
+    method.receive_broadcast(client, method.broadcast(1, server, 0))
     with torch.no_grad():
         for p in client.model.parameters():
             p.add_(0.5)  # every weight moves by 0.5 from the global model
@@ -322,6 +323,7 @@ class _InfParameters(FedAvg):
         if round_index == 2:
             with torch.no_grad():
                 next(server.model.parameters()).view(-1)[0] = float("inf")
+        return {}
 
 
 def test_non_finite_parameters_fail_the_run(data_dir: Path) -> None:

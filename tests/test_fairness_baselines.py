@@ -1,4 +1,4 @@
-"""FedAKD's baselines (specs/fedakd.md §4): each reward mechanism and loss term by hand, each method's
+"""FedAKD's baselines (pipelines/fedakd/NOTES.md §4): each reward mechanism and loss term by hand, each method's
 recorded reward checked against its formula on a tiny federation, and the flat-vector toolkit."""
 from __future__ import annotations
 
@@ -17,7 +17,8 @@ from bench.algorithms.feddc import correction_term, corrected_state, drift_penal
 from bench.algorithms.fedmpr import magnitude_prune
 from bench.algorithms.fedsac import apply_mask, conv_filters, filter_importance, reputations, submodel_mask
 from bench.algorithms.pfedck import cluster_updates, mutual_losses
-from bench.engine.vectors import clip_norm, flatten, keep_fraction, keep_largest, unflatten
+from bench.engine.ledger import payload_bytes
+from bench.engine.vectors import clip_norm, flatten, keep_fraction, keep_largest, largest_entries, unflatten
 from bench.suites.statistics import Records
 from tests.conftest import small_config
 
@@ -31,6 +32,20 @@ def test_keep_largest_keeps_ties_at_the_threshold_as_the_released_code() -> None
     assert keep_fraction(v, 0.5).tolist() == [0.0, -3.0, 2.0, -2.0, 0.0]  # int(5·0.5) = 2
     assert clip_norm(torch.tensor([3.0, 4.0]), 1.0).tolist() == pytest.approx([0.6, 0.8])
     assert clip_norm(torch.tensor([3.0, 4.0]), 10.0).tolist() == [3.0, 4.0]
+
+
+def test_a_sparse_vector_sends_its_kept_nonzero_entries_at_8_bytes_each() -> None:
+    """Positions (int32) and values (float32) of the kept entries; zeros tied at the threshold are not sent, -0.0
+    is (the dense vector is keep_largest's bit for bit); keeping everything sends the values alone."""
+    v = torch.tensor([0.5, -3.0, 2.0, -2.0, 0.1])
+    top = largest_entries(v, 2)
+    assert top.indices.tolist() == [1, 2, 3] and top.values.tolist() == [-3.0, 2.0, -2.0] and payload_bytes(top) == 24
+    assert payload_bytes(largest_entries(v, 5)) == 20 and largest_entries(v, 5).indices is None
+    assert payload_bytes(largest_entries(v, 0)) == 0 and torch.equal(largest_entries(v, 0).dense(), torch.zeros(5))
+    zeros = torch.tensor([0.0, -0.0, 1.0, 0.0, 0.0])
+    tied = largest_entries(zeros, 3)  # threshold 0: every entry ties, but only 1.0 and -0.0 need sending
+    assert tied.indices.tolist() == [1, 2] and payload_bytes(tied) == 16
+    assert torch.equal(tied.dense(), zeros) and torch.signbit(tied.dense()[1])  # the vector itself, -0.0 too
 
 
 def test_flatten_and_unflatten_round_trip_with_dtypes() -> None:
@@ -63,8 +78,11 @@ def test_cffl_reputation_by_hand() -> None:
 def test_cffl_download_by_hand() -> None:
     """Code: g_k = u − (n_k/max n)·u_k, all of it; paper: the others' share u − (n_k/Σn)·u_k, its top q_k part."""
     aggregate, own = torch.tensor([1.0, -2.0, 0.5, 4.0]), torch.tensor([2.0, 0.0, 0.0, 4.0])
-    assert download(aggregate, own, 0.5, None).tolist() == [0.0, -2.0, 0.5, 2.0]
-    assert download(aggregate, own, 0.25, 0.5).tolist() == [0.0, -2.0, 0.0, 3.0]  # (.5 -2 .5 3): top 2
+    everything = download(aggregate, own, 0.5, None)
+    assert everything.indices is None and everything.dense().tolist() == [0.0, -2.0, 0.5, 2.0]  # sent whole
+    top = download(aggregate, own, 0.25, 0.5)  # (.5 -2 .5 3): its top 2, sent as positions and values
+    assert top.indices.tolist() == [1, 3] and top.values.tolist() == [-2.0, 3.0]
+    assert top.dense().tolist() == [0.0, -2.0, 0.0, 3.0]
 
 
 # -- CGSV ---------------------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""FedAKD (specs/fedakd.md §1): its losses and aggregation by hand, its ablations and its code mode as
+"""FedAKD (pipelines/fedakd/NOTES.md §1): its losses and aggregation by hand, its ablations and its code mode as
 switches of one method; its partitions (§2); the collaborative-fairness statistics in both definitions (§3);
 the suite mechanics its pipeline needs (equal wall-clock budgets, per-setting rows, per-setting method
 overlays)."""
@@ -11,28 +11,18 @@ import numpy as np
 import pytest
 import torch
 
-from bench.algorithms.fedakd import FedAKDParams, correctly_predicted, distillation_objective, kd_loss
-from bench.data.paper_partitions import algorithm2_draws, client_sizes, FedAKDParams as Scheme
+from bench.algorithms.fedakd import DistilledCopy, FedAKDParams, correctly_predicted, distillation_objective
+from bench.data.covariate_shift import algorithm2_draws, client_sizes, FedAKDParams as Scheme
 from bench.data.partition import make_partition
 from bench.errors import BenchError
 from bench.runner.federation import run_federation
 from bench.suites import equal_time_rounds, load_suite
 from bench.suites.statistics import Records, Statistic, cf, cf_code
+from bench.engine.ledger import Ledger
+from bench.runner.rounds import run_round
 from tests.conftest import small_config
 
 # -- losses ---------------------------------------------------------------------------------------
-
-
-def test_kd_loss_is_tau_squared_kl_of_the_tempered_softmaxes_by_hand() -> None:
-    """Teacher logits (ln 2, 0, 0) give p_t = (1/2, 1/4, 1/4); a zero student gives 1/3 each:
-    KL = ½ln(3/2) + 2·¼ln(3/4) = ½ln(9/8). The batch mean over two equal rows is the same."""
-    teacher = torch.tensor([[math.log(2), 0.0, 0.0]] * 2)
-    student = torch.zeros(2, 3)
-    assert float(kd_loss(student, teacher, 1.0)) == pytest.approx(0.5 * math.log(9 / 8), rel=1e-6)
-    # τ = 2: τ²·KL(softmax(t/2) ‖ uniform), p_t ∝ (√2, 1, 1)
-    p = np.array([math.sqrt(2), 1, 1]) / (math.sqrt(2) + 2)
-    assert float(kd_loss(student, teacher, 2.0)) == pytest.approx(4 * float(np.sum(p * np.log(3 * p))), rel=1e-5)
-    assert float(kd_loss(teacher, teacher, 1.0)) == pytest.approx(0.0, abs=1e-7)
 
 
 def test_distillation_objective_is_ce_plus_weighted_kd_eq2_eq5() -> None:
@@ -84,7 +74,7 @@ def test_aggregation_is_the_data_size_weighted_average_of_the_uploaded_global_co
                 server.model.state_dict().items()} for i in range(3)]
     sizes = [algorithm.weight(c) for c in clients]
     assert sizes == [float(c.data.num_samples) for c in clients]
-    algorithm.aggregate_uploads(server, uploads, sizes)
+    algorithm.aggregate(4, server, [DistilledCopy(upload, size) for upload, size in zip(uploads, sizes)])
     expected = sum((i + 1) * n for i, n in enumerate(sizes)) / sum(sizes)
     weight = next(iter(server.model.parameters()))
     assert torch.allclose(weight, torch.full_like(weight, expected), rtol=1e-6)
@@ -97,9 +87,10 @@ def test_an_empty_selection_uploads_the_global_model_unchanged(data_dir: Path) -
     state = fedakd_run(data_dir)
     client, server = state.clients[0], state.server
     client.state.selected = torch.zeros(0, dtype=torch.long)
-    upload, loss = state.algorithm.local_to_global(2, server, client)
+    received = state.algorithm.broadcast(2, server, client.cid)
+    upload, loss = state.algorithm.local_to_global(2, client, received, 1.0)
     assert loss == 0.0
-    assert all(torch.equal(upload[k], v) for k, v in server.model.state_dict().items())
+    assert all(torch.equal(upload.state[k], v) for k, v in server.model.state_dict().items())
 
 
 def test_selection_is_recorded_and_all_data_selects_everything(data_dir: Path) -> None:
@@ -119,7 +110,7 @@ def test_single_dist_replaces_the_local_model_by_the_global_one(data_dir: Path) 
                        partition={"num_clients": 3, "local_test_fraction": 0.2}, model={"name": "mlp"})
     state = run_federation(cfg, data_dir).state
     before = {k: v.clone() for k, v in state.server.model.state_dict().items()}
-    state.algorithm.run_round(3, state.server, state.clients)
+    run_round(state.algorithm, 3, state.server, state.clients, Ledger())
     for client in state.clients:
         assert all(torch.equal(client.model.state_dict()[k], v) for k, v in before.items())
     assert not torch.equal(next(iter(state.server.model.parameters())), next(iter(before.values())))

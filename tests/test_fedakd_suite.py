@@ -11,18 +11,20 @@ from pathlib import Path
 import pytest
 import yaml
 
-from bench.suites import fedakd, load_suite
+from bench.suites import load_suite
 from bench.suites.paper import Results
-from tests.conftest import run_dvc
+from bench.suites.plugins import import_paper_module
+from tests.conftest import copy_pipeline, run_dvc
 
 ROOT = Path(__file__).resolve().parents[1]
 PARAMS = ROOT / "pipelines" / "fedakd" / "params.yaml"
+fedakd = import_paper_module(PARAMS.with_name("paper.py"))
 DEFINITION = fedakd.PAPER.definition
 COLUMNS1 = [f"{d}-{c}" for d in ("fmnist", "cifar10") for c in ("pow", "bcs", "ics2", "ics5", "ics10")]
 
 
 def test_transcribed_tables_reproduce_the_specs_numbers() -> None:
-    """Spot checks against specs/fedakd.md §6 and §8: R5's smallest margins, R8's rounds and implied
+    """Spot checks against pipelines/fedakd/NOTES.md §6 and §8: R5's smallest margins, R8's rounds and implied
     per-round costs, R9's ordering, Table 5's one exception, and the missing Standalone CF."""
     v = DEFINITION.value
     assert (v("fedakd", "fmnist-ics2", "cf"), v("fedave", "fmnist-ics2", "cf")) == (78.25, 78.15)
@@ -117,10 +119,8 @@ def test_smoke_profile_dvc_repro_pin_compare(tmp_path: Path) -> None:
     from bench.cli import main
 
     project = tmp_path / "project"
-    folder = project / "pipelines" / "fedakd"
-    folder.mkdir(parents=True)
+    folder = copy_pipeline("fedakd", project)
     shutil.copytree(ROOT / "bench", project / "bench", ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copy(ROOT / "pipelines" / "fedakd" / "dvc.yaml", folder)
     params = yaml.safe_load(PARAMS.read_text())
     params["profile"] = "smoke"
     params["profiles"]["smoke"]["suite"]["base"]["tracking"] = {"mlflow": False}

@@ -1,4 +1,4 @@
-"""FedAL (specs/fedal.md §2): each loss term against a hand computation, the split-gradient equivalence
+"""FedAL (pipelines/fedal/NOTES.md §2): each loss term against a hand computation, the split-gradient equivalence
 (§2.4 check 1), the reductions to FedMD-LF and FedMD (check 2), the communication it counts (check 3),
 lockstep public batches, the architecture draw, and resume with the discriminator and snapshots."""
 from __future__ import annotations
@@ -12,11 +12,12 @@ import torch
 from torch import nn
 
 from bench.algorithms.fedal import (adversarial_gradients, adversarial_term, discriminator_loss, discriminator_round,
-                                    DiscriminatorState, kd_loss, lf_loss, payoffs, teacher_distribution)
+                                    DiscriminatorState, lf_loss, payoffs, teacher_distribution)
 from bench.experiment import build_config
 from bench.models import assign_architectures, build_model
 from bench.runner.executor import RunRequest, run_experiment
 from bench.runner.federation import run_federation
+from tests.test_resume import assert_resumes_bitwise
 
 K = 10
 
@@ -47,15 +48,9 @@ class Identity(nn.Module):
 # -- the loss terms, by hand ---------------------------------------------------------------------------
 
 
-def test_kd_loss_is_kl_with_the_target_first() -> None:
-    """𝒦([½, ½] ‖ ψ([0, ln 3])) = ½ ln(½ / ¼) + ½ ln(½ / ¾) = ½ ln(4/3)."""
-    value = kd_loss(torch.tensor([[0.5, 0.5]]), torch.tensor([[0.0, math.log(3)]]), 1.0)
-    assert value.item() == pytest.approx(0.5 * math.log(4 / 3), abs=1e-6)
-
-
 def test_lf_term_is_kl_from_the_frozen_snapshot_at_its_temperature() -> None:
-    """r at E = 2: ψ([0, 2 ln 3] / 2) = [¼, ¾] against ψ([0, 0]) = [½, ½]: ¼ ln ½ + ¾ ln(3/2)."""
-    value = lf_loss(torch.tensor([[0.0, 2 * math.log(3)]]), torch.tensor([[0.0, 0.0]]), 2.0)
+    """r at E = 2: ψ([0, 2 ln 3] / 2) = [¼, ¾] against ψ([0, 0]) = [½, ½]: ¼ ln ½ + ¾ ln(3/2), no E² factor."""
+    value = lf_loss(torch.tensor([[0.0, 0.0]]), torch.tensor([[0.0, 2 * math.log(3)]]), 2.0)
     assert value.item() == pytest.approx(0.25 * math.log(0.5) + 0.75 * math.log(1.5), abs=1e-6)
 
 
@@ -215,18 +210,6 @@ def test_architecture_assignment_is_a_seeded_draw_recorded_with_the_run() -> Non
     assert result.architectures == assign_architectures(["cnn", "mlp"], 4, 0)
     assert [type(c.model).__name__ for c in result.state.clients] == [
         {"cnn": "SmallCNN", "mlp": "MLP"}[a] for a in result.architectures]
-
-
-def assert_resumes_bitwise(config, data_dir: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    """A run killed after round 2 and started again ends with the records of an uninterrupted run."""
-    from tests.test_resume import RECORDS, _Killed, _kill_after
-
-    run_experiment(RunRequest(config, tmp_path / "whole", data_dir))
-    with pytest.raises(_Killed):
-        run_experiment(RunRequest(config, tmp_path / "cut", data_dir), progress=_kill_after(2))
-    run_experiment(RunRequest(config, tmp_path / "cut", data_dir))
-    for name in RECORDS:
-        assert (tmp_path / "cut" / name).read_bytes() == (tmp_path / "whole" / name).read_bytes(), name
 
 
 @pytest.mark.parametrize("algorithm", [

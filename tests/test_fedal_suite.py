@@ -12,12 +12,14 @@ from pathlib import Path
 import pytest
 import yaml
 
-from bench.suites import fedal, load_suite
+from bench.suites import load_suite
 from bench.suites.paper import Results
-from tests.conftest import run_dvc
+from bench.suites.plugins import import_paper_module
+from tests.conftest import copy_pipeline, run_dvc
 
 ROOT = Path(__file__).resolve().parents[1]
 PARAMS = ROOT / "pipelines" / "fedal" / "params.yaml"
+fedal = import_paper_module(PARAMS.with_name("paper.py"))
 DEFINITION = fedal.PAPER.definition
 PAPER_SETTINGS = ["svhn-a5", "svhn-a2", "svhn-a1", "svhn-a2-p200", "svhn-a2-p400", "svhn-a2-p600", "svhn-a2-p800",
                   "cifar10-a5", "cifar10-a2", "cifar10-a1", "cinic10-a5", "cinic10-a2", "cinic10-a1", "celeba-n20",
@@ -146,9 +148,8 @@ def test_smoke_profile_end_to_end_withrun_dvc(tmp_path: Path) -> None:
     """`dvc repro` of pipelines/fedal/dvc.yaml at the smoke profile in a scratch project: partitions, the Fig. 4
     bubbles, every method, the paper report with its figures; then pin, and the compare stage passes."""
     project = tmp_path / "project"
-    (project / "pipelines" / "fedal").mkdir(parents=True)
+    copy_pipeline("fedal", project)
     shutil.copytree(ROOT / "bench", project / "bench", ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copy(ROOT / "pipelines" / "fedal" / "dvc.yaml", project / "pipelines" / "fedal")
     params = yaml.safe_load(PARAMS.read_text())
     params["profile"] = "smoke"
     params["profiles"]["smoke"]["suite"]["base"]["tracking"] = {"mlflow": False}

@@ -1,4 +1,4 @@
-"""FedGen and FedMD (specs/fedhkd.md §4): objectives by hand, schedules, round 1, whole runs."""
+"""FedGen and FedMD (pipelines/fedhkd/NOTES.md §4): objectives by hand, schedules, round 1, whole runs."""
 from __future__ import annotations
 
 import math
@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from bench.algorithms.fedgen import diversity_loss, kd_weight, label_weights, teacher_loss
-from bench.algorithms.fedmd import distillation_loss
+from bench.algorithms.fedmd import FedMDParams, code_distillation_loss, distillation_loss
 from bench.engine.loop import Step
 from bench.runner.federation import run_federation
 from bench.errors import BenchError
@@ -80,9 +80,9 @@ def test_distillation_loss_by_hand() -> None:
     consensus = torch.tensor([[0.7, 0.2, 0.1], [0.1, 0.3, 0.6]])
     q = torch.softmax(logits / 0.5, dim=1)
     kl = (consensus * (consensus.log() - q.log())).sum() / 2  # KL(C ‖ Q), batch mean
-    assert torch.allclose(distillation_loss(logits, consensus, 0.5, "paper"), kl)
+    assert torch.allclose(distillation_loss(logits, consensus, 0.5), kl)
     code = -(consensus * (consensus.log() - q)).mean()  # −KLDivLoss()(Q, C) on probabilities
-    assert torch.allclose(distillation_loss(logits, consensus, 0.5, "code"), code)
+    assert torch.allclose(code_distillation_loss(logits, consensus, 0.5), code)
 
 
 def test_fedmd_needs_public_data(data_dir: Path) -> None:
@@ -108,7 +108,7 @@ def test_fedmd_consensus_and_public_batch_matching(data_dir: Path) -> None:
     client.state.consensus = consensus
     step = Step(round=2, index=4)  # second batch of the second epoch -> public batch 1
     ce = F.cross_entropy(client.model(x)[1], y)
-    kl = distillation_loss(client.model(public_x[4:8])[1], consensus[4:8], 0.5, "paper")
+    kl = distillation_loss(client.model(public_x[4:8])[1], consensus[4:8], 0.5)
     assert torch.allclose(algorithm.local_loss(step, client, x, y), ce + 0.05 * kl)
 
 

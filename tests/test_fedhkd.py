@@ -1,4 +1,4 @@
-"""FedHKD (specs/fedhkd.md §3, §8) and FedProto as FedHKD adapts it (§4), checked by hand."""
+"""FedHKD (pipelines/fedhkd/NOTES.md §3, §8) and FedProto as FedHKD adapts it (§4), checked by hand."""
 from __future__ import annotations
 
 import math
@@ -11,15 +11,16 @@ from scipy.stats import norm
 from torch import nn
 
 from bench.algorithms import Algorithm, get_algorithm
-from bench.algorithms.fedhkd import (FedHKDParams, Knowledge, KnowledgeUpdate, classifier_distillation,
+from bench.algorithms.fedhkd import (FedHKDParams, Knowledge, classifier_distillation,
                                     dp_noise_std, gaussian_sigma_threshold, tempered_softmax)
-from bench.algorithms.fedproto import PrototypeUpdate, Prototypes
+from bench.algorithms.fedproto import Prototypes
 from bench.engine.context import Context
 from bench.runner.federation import run_federation
 from bench.engine.knowledge import (ClassStatistics, aggregate_class_statistics, feature_alignment,
                                     last_writer_class_statistics)
 from bench.rng import numpy_stream, torch_stream
 from bench.engine.loop import Step
+from bench.engine.messages import Update
 from bench.engine.state import Client, ClientData, Server
 from bench.errors import BenchError
 from tests.conftest import small_config
@@ -110,7 +111,7 @@ def _aggregate(hkd: Algorithm, round_index: int, local: list[ClassStatistics], p
                ) -> ClassStatistics:
     server = Server(Tiny(W), Knowledge(previous))
     state = server.model.state_dict()
-    hkd.aggregate(round_index, server, [KnowledgeUpdate(i, 10, state, k) for i, k in enumerate(local)])
+    hkd.aggregate(round_index, server, [Update(i, 10, state, k) for i, k in enumerate(local)])
     return server.state.knowledge
 
 
@@ -247,11 +248,11 @@ def test_fedproto_prototypes_and_loss_by_hand() -> None:
     proto = _algorithm("fedproto")
     server = Server(Tiny(W), Prototypes())
     state = server.model.state_dict()
-    proto.aggregate(2, server, [PrototypeUpdate(0, 10, state, A), PrototypeUpdate(1, 10, state, B)])
+    proto.aggregate(2, server, [Update(0, 10, state, A), Update(1, 10, state, B)])
     c = server.state.prototypes
     torch.testing.assert_close(c.features, torch.tensor([[13 / 4, 0.0], [0.0, 2.0], [2.0, 2.0]]))
     uniform = _algorithm("fedproto", proto_agg="uniform")
-    uniform.aggregate(2, server, [PrototypeUpdate(0, 10, state, A), PrototypeUpdate(1, 10, state, B)])
+    uniform.aggregate(2, server, [Update(0, 10, state, A), Update(1, 10, state, B)])
     torch.testing.assert_close(server.state.prototypes.features[0], torch.tensor([2.5, 0.0]))
 
     x = torch.tensor([[1.0, 1.0], [2.0, 0.0], [0.0, 0.0]])

@@ -5,15 +5,17 @@ from pathlib import Path
 
 import pytest
 
-from bench.suites import fedhkd, load_suite
+from bench.suites import load_suite
 from bench.suites.paper import Results
+from bench.suites.plugins import import_paper_module
 
 PARAMS = Path(__file__).resolve().parents[1] / "pipelines" / "fedhkd" / "params.yaml"
+fedhkd = import_paper_module(PARAMS.with_name("paper.py"))
 DEFINITION = fedhkd.PAPER.definition
 
 
 def test_transcribed_tables_reproduce_the_specs_derived_numbers() -> None:
-    """specs/fedhkd.md §6.1: relative gains of FedHKD over FedAvg and time ratios, recomputed."""
+    """pipelines/fedhkd/NOTES.md §6.1: relative gains of FedHKD over FedAvg and time ratios, recomputed."""
     def gain(column: str, measure: str) -> float:
         ours, base = (DEFINITION.value(m, column, measure) for m in ("fedhkd", "fedavg"))
         return round(100 * (ours / base - 1), 1)
@@ -159,5 +161,5 @@ def test_smoke_profile_end_to_end(tmp_path: Path) -> None:
         for line in paper.splitlines() if line.startswith("| FedHKD (code mode) |") and "—/" in line)
     assert "Profile `smoke`. Protocol (from the runs' configs): 2 rounds, 1 local epochs of batch 8 (drop_last), " \
            "adam lr 0.001 (×0.5 every 1 rounds), gradient clipping at norm 1.1, device cpu." in paper
-    assert "## Acceptance band (specs/fedhkd.md §10 (a))\n\nThe band check does not apply" in paper
+    assert "## Acceptance band (pipelines/fedhkd/NOTES.md §10 (a))\n\nThe band check does not apply" in paper
     assert paper.count("**holds**") + paper.count("**fails**") + paper.count("not measured") >= 18

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -15,7 +16,11 @@ from bench.models import (CLASSIFIER, GENERATOR, assign_architectures, build_mod
 from bench.models.inventory import (describe_models, describe_paper_configs, format_models_table,
                                     format_paper_configs_table, forward_flops)
 from bench.models.paper_configs import (CLIENT_MODEL, DISCRIMINATOR, FEATURE_GENERATOR, IMAGE_GENERATOR,
-                                        PAPER_CONFIGS, PaperConfig, Printed)
+                                        PaperConfig, Printed)
+from bench.suites.plugins import known_papers
+
+PIPELINES = Path(__file__).resolve().parents[1] / "pipelines"
+PAPER_CONFIGS = tuple(config for paper in known_papers(PIPELINES) for config in paper.model_configs)
 
 # (name, in_shape, num_classes) for every registered example plus the other configurations the papers use.
 EXTRA_CONFIGS = [
@@ -85,7 +90,7 @@ def test_no_layer_without_deterministic_cuda_backward(name: str) -> None:
 
 
 def test_dafkd_fedgen_generator() -> None:
-    """specs/dafkd.md §2.4: concat(eps in R^32, onehot(y)) -> Linear(32 + C, 256) -> BN1d -> ReLU ->
+    """pipelines/dafkd/NOTES.md §2.4: concat(eps in R^32, onehot(y)) -> Linear(32 + C, 256) -> BN1d -> ReLU ->
     Linear(256, F = 256), F being ResNet11's feature size."""
     c = 10
     model = _build("fedgen_generator", (256,), c, noise_dim=32, hidden=256).eval()
@@ -144,7 +149,7 @@ def test_classifier_contract_and_training(name: str, in_shape: tuple[int, ...], 
 
 
 def test_dafkd_discriminator_head_shares_the_trunk() -> None:
-    """specs/dafkd.md §3.3: h_d reads the same 256-d phi(x) as h_c; its loss trains the shared extractor."""
+    """pipelines/dafkd/NOTES.md §3.3: h_d reads the same 256-d phi(x) as h_c; its loss trains the shared extractor."""
     model = _build("dafkd_resnet11", (3, 32, 32), 10)
     features, _ = model(torch.randn(2, 3, 32, 32))
     logit = model.domain_logit(features)
@@ -168,16 +173,16 @@ def test_generator_trains(name: str, in_shape: tuple[int, ...], num_classes: int
 # --------------------------------------------------------------------------- parameter counts
 
 EXACT_COUNTS = [
-    # specs/fedhkd.md §5.4 (Table 1 "1.286" / "11.209" / "11.215"; the 2022 log prints 11209994).
+    # pipelines/fedhkd/NOTES.md §5.4 (Table 1 "1.286" / "11.209" / "11.215"; the 2022 log prints 11209994).
     ("fedhkd_shufflenetv2", (3, 32, 32), 10, 1_286_734),
     ("fedhkd_resnet18", (3, 32, 32), 10, 11_209_994),
     ("fedhkd_resnet18", (3, 32, 32), 100, 11_215_844),
-    # specs/fedakd.md §1.8 SimpleCNN and §2.7 the Table 5 CNNs.
+    # pipelines/fedakd/NOTES.md §1.8 SimpleCNN and §2.7 the Table 5 CNNs.
     ("fedakd_simplecnn", (1, 28, 28), 10, 50_378),
     ("fedakd_simplecnn", (3, 32, 32), 10, 60_554),
     ("fedakd_cnn2", (1, 28, 28), 10, 255_690),
     ("fedakd_cnn3", (3, 32, 32), 10, 1_403_978),
-    # specs/dafkd.md §1.5 DiscriminatorCifar.
+    # pipelines/dafkd/NOTES.md §1.5 DiscriminatorCifar.
     ("dafkd_discriminator", (3, 32, 32), 1, 663_361),
     # PFLlib's FedAvgCNN (FL-bench's avgcnn) on MNIST: 832 + 51,264 + 524,800 + 5,130.
     ("fedavg_cnn", (1, 28, 28), 10, 582_026),
@@ -192,15 +197,15 @@ def test_exact_parameter_counts(name: str, in_shape: tuple[int, ...], num_classe
 
 # Counts the specs print rounded ("about 61.7k", "≈0.30M"): (name, in_shape, classes, printed, unit).
 PRINTED_COUNTS = [
-    ("lenet5", (1, 28, 28), 10, "61.7", 1e3),            # specs/fedal.md §4.1
+    ("lenet5", (1, 28, 28), 10, "61.7", 1e3),            # pipelines/fedal/NOTES.md §4.1
     ("wrn10_1", (3, 32, 32), 10, "78", 1e3),
     ("wrn16_1", (3, 32, 32), 10, "175", 1e3),
     ("wrn10_2", (3, 32, 32), 10, "0.30", 1e6),
     ("resnet18_cifar", (3, 32, 32), 10, "11.2", 1e6),
     ("resnet34_cifar", (3, 32, 32), 10, "21.3", 1e6),
     ("celeba_cnn", (3, 84, 84), 2, "30", 1e3),
-    ("dafkd_discriminator", (1, 28, 28), 1, "3.27", 1e6),  # specs/dafkd.md §1.5
-    ("dcgan_generator", (3, 32, 32), 10, "1.07", 1e6),     # specs/dafkd.md §3.4 G-DCGAN-32, d = 100
+    ("dafkd_discriminator", (1, 28, 28), 1, "3.27", 1e6),  # pipelines/dafkd/NOTES.md §1.5
+    ("dcgan_generator", (3, 32, 32), 10, "1.07", 1e6),     # pipelines/dafkd/NOTES.md §3.4 G-DCGAN-32, d = 100
     ("dcgan_generator", (1, 28, 28), 10, "1.07", 1e6),     # G-DCGAN-28
     ("cond_image_generator", (1, 28, 28), 10, "0.57", 1e6),  # G-cond range 0.57-0.74M: S = 28, C = 10 ...
     ("cond_image_generator", (1, 28, 28), 62, "0.74", 1e6),  # ... and EMNIST's C = 62
@@ -215,7 +220,7 @@ def test_printed_parameter_counts(name: str, in_shape: tuple[int, ...], num_clas
 
 @pytest.mark.parametrize("in_shape,printed", [((1, 28, 28), "817.6"), ((3, 32, 32), "817.9")])
 def test_dafkd_resnet11_counts(in_shape: tuple[int, ...], printed: str) -> None:
-    """specs/dafkd.md §3.3: extractor ≈817.6k (1-channel) / 817.9k (3-channel); heads 2,570 (C = 10),
+    """pipelines/dafkd/NOTES.md §3.3: extractor ≈817.6k (1-channel) / 817.9k (3-channel); heads 2,570 (C = 10),
     15,934 (C = 62) and 257."""
     model = _build("dafkd_resnet11", in_shape, 10)
     assert _matches_printed(count_parameters(model.body) / 1e3, printed)
@@ -224,7 +229,7 @@ def test_dafkd_resnet11_counts(in_shape: tuple[int, ...], printed: str) -> None:
 
 
 def test_fedal_discriminator_count() -> None:
-    """specs/fedal.md §2.6 A7: Linear(K, 32) -> Linear(32, 265) -> Linear(265, N)."""
+    """pipelines/fedal/NOTES.md §2.6 A7: Linear(K, 32) -> Linear(32, 265) -> Linear(265, N)."""
     k, n = 2, 100  # CelebA: K = 2, N up to 100
     expected = (k * 32 + 32) + (32 * 265 + 265) + (265 * n + n)
     assert _params("fedal_discriminator", (k,), n) == expected
@@ -247,7 +252,7 @@ TABLE1 = [
 @pytest.mark.parametrize("dataset,backbone,d,n,fedavg,fedprox,moon,fedgen", TABLE1)
 def test_fedhkd_table1_params(dataset: str, backbone: str, d: int, n: int, fedavg: float, fedprox: float,
                               moon: float, fedgen: float) -> None:
-    """specs/fedhkd.md §4, §6 R6: Params (M) counts the models resident during local training.
+    """pipelines/fedhkd/NOTES.md §4, §6 R6: Params (M) counts the models resident during local training.
 
     The paper truncates the base model's count to 3 decimals and then multiplies it (FedProx 2x = local
     + global copy; MOON 3x = local + global + previous); multiplying the exact count would give 2.573
@@ -296,16 +301,16 @@ def test_fedhkd_fedgen_params_fit_only_a_generator_that_cannot_run_on_svhn() -> 
 
 # Multiply-accumulates per image as the specs print them (FlopCounterMode counts 2 FLOPs per MAC).
 PRINTED_MACS = [
-    ("lenet5", (1, 28, 28), 10, "0.42", 1e6),          # specs/fedal.md §4.1
+    ("lenet5", (1, 28, 28), 10, "0.42", 1e6),          # pipelines/fedal/NOTES.md §4.1
     ("wrn10_1", (3, 32, 32), 10, "12.5", 1e6),
     ("wrn16_1", (3, 32, 32), 10, "26.7", 1e6),
     ("wrn10_2", (3, 32, 32), 10, "44.5", 1e6),
     ("resnet18_cifar", (3, 32, 32), 10, "0.56", 1e9),
     ("resnet34_cifar", (3, 32, 32), 10, "1.16", 1e9),
     ("celeba_cnn", (3, 84, 84), 2, "27", 1e6),
-    ("fedakd_simplecnn", (1, 28, 28), 10, "3.9", 1e6),  # specs/fedakd.md §1.8
+    ("fedakd_simplecnn", (1, 28, 28), 10, "3.9", 1e6),  # pipelines/fedakd/NOTES.md §1.8
     ("fedakd_simplecnn", (3, 32, 32), 10, "5.6", 1e6),
-    ("dafkd_resnet11", (1, 28, 28), 10, "111", 1e6),    # specs/dafkd.md §3.3
+    ("dafkd_resnet11", (1, 28, 28), 10, "111", 1e6),    # pipelines/dafkd/NOTES.md §3.3
     ("dafkd_resnet11", (3, 32, 32), 10, "145", 1e6),
 ]
 
@@ -318,7 +323,7 @@ def test_flops_match_printed_macs(name: str, in_shape: tuple[int, ...], num_clas
 
 
 def test_fedakd_cnn3_flops() -> None:
-    # specs/fedakd.md §8 R6 says "≈95 M MACs"; the exact count of ThreeLayerCNN_CIFAR is 96.57M
+    # pipelines/fedakd/NOTES.md §8 R6 says "≈95 M MACs"; the exact count of ThreeLayerCNN_CIFAR is 96.57M
     # (0.88 + 18.87 + 75.50 conv + 1.31 FC), so "≈95" is a loose figure: checked to 2%, not by rounding.
     flops = forward_flops(_meta("fedakd_cnn3", (3, 32, 32), 10), CLASSIFIER, (3, 32, 32))
     assert flops / 2 == pytest.approx(95e6, rel=0.02)
@@ -387,7 +392,7 @@ def test_paper_configs_cover_every_paper_and_fedal_candidate() -> None:
     assert {("FedHKD", CLIENT_MODEL), ("FedAKD", CLIENT_MODEL), ("FedAL", CLIENT_MODEL), ("DaFKD", CLIENT_MODEL),
             ("DaFKD", IMAGE_GENERATOR)} <= roles
     fedal = {(d, c.model) for c in PAPER_CONFIGS if c.paper == "FedAL" for d in c.datasets}
-    # specs/fedal.md §4.1: the candidate client architectures of every dataset
+    # pipelines/fedal/NOTES.md §4.1: the candidate client architectures of every dataset
     assert fedal == {("mnist", "lenet5"), ("svhn", "wrn10_1"), ("svhn", "wrn10_2"), ("svhn", "wrn16_1"),
                      ("cifar10", "resnet18_cifar"), ("cifar10", "resnet34_cifar"), ("cinic10", "resnet18_cifar"),
                      ("cinic10", "resnet34_cifar"), ("celeba", "celeba_cnn")}
@@ -406,12 +411,12 @@ def test_printed_counts() -> None:
 
 
 def test_paper_configs_table_and_cli(capsys: pytest.CaptureFixture[str]) -> None:
-    table = format_paper_configs_table()
+    table = format_paper_configs_table(describe_paper_configs(PAPER_CONFIGS))
     lines = table.splitlines()
     assert len(lines) == len(PAPER_CONFIGS) + 2 and "NO" not in table.split()
     assert "11,215,844" in table and "60,554" in table and "body 817.6k, classifier 15,934, discriminator 257" in table
     from bench.cli import main
-    assert main(["models"]) == 0
+    assert main(["models", "--papers", str(PIPELINES)]) == 0
     out = capsys.readouterr().out
     assert "fedhkd_shufflenetv2" in out and table in out
 

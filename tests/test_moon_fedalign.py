@@ -1,4 +1,4 @@
-"""MOON and FedAlign (specs/fedhkd.md §4): the loss pieces against hand computations, the width-sliced
+"""MOON and FedAlign (pipelines/fedhkd/NOTES.md §4): the loss pieces against hand computations, the width-sliced
 final block, and short digits runs that learn and repeat bitwise."""
 from __future__ import annotations
 
@@ -49,7 +49,7 @@ def test_moon_previous_model_is_global_at_round_one_then_the_last_local_model(da
     x, y = to_tensor(data.train_x[:64], data, ctx.device), torch.from_numpy(data.train_y[:64])
     client = Client(0, ClientData(x, y, x, y), moon.init_client_model(0, server), moon.init_client_state(0))
 
-    moon.broadcast(server, client)
+    moon.receive_broadcast(client, moon.broadcast(1, server, 0))
     prev, glob = client.state.prev_model, client.state.global_model
     assert _state_equal(prev.state_dict(), glob.state_dict())
     assert not prev.training and not any(p.requires_grad for p in prev.parameters())
@@ -58,11 +58,11 @@ def test_moon_previous_model_is_global_at_round_one_then_the_last_local_model(da
     ce = nn.functional.cross_entropy(client.model(x)[1], y)
     assert (moon.local_loss(Step(1, 0), client, x, y) - ce).item() == pytest.approx(math.log(2), rel=1e-6)
 
-    moon.local_update(1, server, client)
+    moon.local_update(1, client)
     assert client.state.prev_model is None  # the frozen copies live only during local training
     trained = {k: v.clone() for k, v in client.model.state_dict().items()}
     server.model = ctx.build_model("other")
-    moon.broadcast(server, client)
+    moon.receive_broadcast(client, moon.broadcast(2, server, 0))
     assert _state_equal(client.state.prev_model.state_dict(), trained)
     assert _state_equal(client.state.global_model.state_dict(), server.model.state_dict())
 

@@ -13,8 +13,9 @@ from pydantic import ValidationError
 
 from bench.cli import main
 from bench.errors import BenchError
-from bench.suites import PAPERS, load_suite
+from bench.suites import load_suite
 from bench.suites.paper import Claim, Paper, PaperDefinition, Results, pairs_claim
+from bench.suites.plugins import PAPERS
 from tests.fabricated import fabricate_run
 
 DEFINITION = """
@@ -160,7 +161,7 @@ def test_report_renders_the_definition(root: Path) -> None:
     # rounds to 50%: seeds reach it at rounds 2, 3, 2 -> 2.33 ± 0.67 (max absolute deviation); to 90%: 4, never, never
     assert "| FedAvg | 2.33 ± 0.67 | — | 2.33 | 0.00 | 1 (1) |" in paper
     assert "| FedAvg | not reached | — | 4.00 | not reached | 1 (1) |" in paper
-    # Standalone's own CF is blank, as the paper prints it (specs/fedakd.md §3.1)
+    # Standalone's own CF is blank, as the paper prints it (pipelines/fedakd/NOTES.md §3.1)
     assert "| Standalone | 80.00 ± 0.00 | — | 75.00 | 5.00 | — | — | — | — | 3 (3) | — (—) |" in paper
     assert "Measures: **rounds** `reach0.9_global_acc` (± max absolute deviation over seeds)." in paper
     assert "| FedAvg is fairer than FedProx | **holds** (2/2) | **holds** (2/2) |" in paper

@@ -1,6 +1,6 @@
-"""Partitions against the specs: FedHKD's seed-0 vectors (specs/fedhkd.md §5.2), FedAKD's
-δᵀΣ⁻¹δ = C and sizes (specs/fedakd.md §2.2-2.5), DaFKD/NIID-Bench (specs/dafkd.md §3.2), FedAL's
-equal sizes and public set (specs/fedal.md §4.2-4.3), LEAF users; plus properties of every scheme."""
+"""Partitions against the specs: FedHKD's seed-0 vectors (pipelines/fedhkd/NOTES.md §5.2), FedAKD's
+δᵀΣ⁻¹δ = C and sizes (pipelines/fedakd/NOTES.md §2.2-2.5), DaFKD/NIID-Bench (pipelines/dafkd/NOTES.md §3.2), FedAL's
+equal sizes and public set (pipelines/fedal/NOTES.md §4.2-4.3), LEAF users; plus properties of every scheme."""
 from __future__ import annotations
 
 import itertools
@@ -11,13 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bench.data import prepared_dir
-from bench.data.paper_partitions import (
-    client_shift,
-    covariate_shift_sample,
-    pca_coordinates,
-    power_law_counts,
-    public_split,
-)
+from bench.data.covariate_shift import client_shift, covariate_shift_sample, pca_coordinates, power_law_counts
+from bench.data.per_user import public_split
 from bench.data.partition import (
     IIDParams,
     Partition,
@@ -38,7 +33,7 @@ def labels_of(counts: list[int]) -> np.ndarray:
     return np.repeat(np.arange(len(counts)), counts).astype(np.int64)
 
 
-# Real class counts (specs/fedhkd.md §5.1); only counts matter to the vectors.
+# Real class counts (pipelines/fedhkd/NOTES.md §5.1); only counts matter to the vectors.
 CIFAR10 = (labels_of([5000] * 10), labels_of([1000] * 10))
 CIFAR100 = (labels_of([500] * 100), labels_of([100] * 100))
 SVHN = (labels_of([4948, 13861, 10585, 8497, 7458, 6882, 5727, 5595, 5045, 4659]),
@@ -51,7 +46,7 @@ def fedhkd_partition(data, m, beta, **extra) -> Partition:
 
 
 # ---------------------------------------------------------------------------------------------
-# FedHKD (specs/fedhkd.md §5.2, partition unit-test vectors, seed 0)
+# FedHKD (pipelines/fedhkd/NOTES.md §5.2, partition unit-test vectors, seed 0)
 
 @pytest.mark.parametrize("data, m, beta, train_counts, test_counts", [
     (CIFAR10, 20, 0.5, [108, 102, 8, 16, 25, 15, 39, 3, 231, 0], [54, 43, 0, 1, 10, 7, 14, 3, 85, 0]),
@@ -122,7 +117,7 @@ def test_niid_bench_dirichlet_uses_all_samples_with_min_size(scheme, params):
 
 def test_dafkd_equals_dirichlet_per_class_min100():
     labels = labels_of([300] * 10)
-    from bench.data.paper_partitions import DaFKDParams, dafkd
+    from bench.data.label_skew import DaFKDParams, dafkd
     from bench.data.partition import DirichletParams, dirichlet
     a = dafkd(labels, 5, numpy_stream(1, "x"), DaFKDParams(alpha=0.5))
     b = dirichlet(labels, 5, numpy_stream(1, "x"), DirichletParams(alpha=0.5, min_size=100))
@@ -132,7 +127,7 @@ def test_dafkd_equals_dirichlet_per_class_min100():
 def test_fedal_per_client_dirichlet_equal_sizes():
     labels = labels_of([1000] * 10)
     part = make_partition(labels, 10, "dirichlet", 15, 0, {"alpha": 1.0, "mode": "per_client"})
-    assert {len(t) for t in part.train} == {len(labels) // 15}  # specs/fedal.md §4.2: m = floor(N / K)
+    assert {len(t) for t in part.train} == {len(labels) // 15}  # pipelines/fedal/NOTES.md §4.2: m = floor(N / K)
     flat = np.concatenate(part.train)
     assert len(np.unique(flat)) == len(flat)
 
@@ -201,7 +196,7 @@ def test_sha256_stable_and_seed_dependent(tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------
-# FedAKD (specs/fedakd.md §2)
+# FedAKD (pipelines/fedakd/NOTES.md §2)
 
 
 def test_power_law_counts_match_spec_table():

@@ -43,7 +43,7 @@ def value(name: str, text: str = RECORDS, reference: str | None = None) -> float
 
 def test_cf_is_100_times_pearson_across_clients_by_hand() -> None:
     """Acc_s = (.1 .2 .3 .4), Acc_p = (.1 .3 .2 .4): deviations (-1.5 -.5 .5 1.5)/10 and (-1.5 .5 -.5 1.5)/10,
-    Σ products 4, Σ squares 5 and 5 (in 1/100): ρ = 4/5, CF = 80 (specs/fedakd.md §3.1)."""
+    Σ products 4, Σ squares 5 and 5 (in 1/100): ρ = 4/5, CF = 80 (pipelines/fedakd/NOTES.md §3.1)."""
     assert cf([0.1, 0.2, 0.3, 0.4], [0.1, 0.3, 0.2, 0.4]) == pytest.approx(80.0, abs=1e-12)
     assert cf([0.1, 0.2, 0.3, 0.4], [0.4, 0.3, 0.2, 0.1]) == pytest.approx(-100.0, abs=1e-12)
     assert math.isnan(cf([0.1, 0.2, 0.3], [0.5, 0.5, 0.5]))  # undefined on equal accuracies
@@ -85,7 +85,7 @@ def test_last_k_needs_every_one_of_the_last_k_rounds() -> None:
 
 
 def test_rounds_to_target_is_the_first_round_at_or_above_it() -> None:
-    """specs/dafkd.md §3.6: the first round t with accuracy ≥ target; never reached: inf ("> T")."""
+    """pipelines/dafkd/NOTES.md §3.6: the first round t with accuracy ≥ target; never reached: inf ("> T")."""
     series = {5: 0.5, 10: 0.85, 15: 0.84, 20: 0.9}
     assert rounds_to_target(series, 0.85) == 10 and rounds_to_target(series, 0.86) == 20
     assert rounds_to_target(series, 0.95) == math.inf
@@ -96,7 +96,7 @@ def test_rounds_to_target_is_the_first_round_at_or_above_it() -> None:
 
 def test_seed_aggregates() -> None:
     """DaFKD's "±" over 3 seeds is the maximum absolute deviation from the mean: {21, 22, 25} -> 22.67 ± 2.33
-    (specs/dafkd.md §3.7); accuracies use the sample std."""
+    (pipelines/dafkd/NOTES.md §3.7); accuracies use the sample std."""
     mean, dev = mean_max_abs_dev([21, 22, 25])
     assert (round(mean, 2), round(dev, 2)) == (22.67, 2.33)  # type: ignore[arg-type]
     assert mean_std([1.0, 2.0, 3.0]) == (2.0, 1.0) and mean_std([4.0]) == (4.0, None)

@@ -108,7 +108,7 @@ def test_method_overlay_changes_any_config_section(overlays: Path) -> None:
 
 def test_budgets_in_rounds_or_iterations(overlays: Path) -> None:
     """budget.rounds replaces training.rounds; budget.iterations I gives I / local_steps rounds
-    (specs/fedal.md A11: τ steps per round); the last layer naming a budget (base, setting, method) wins."""
+    (pipelines/fedal/NOTES.md A11: τ steps per round); the last layer naming a budget (base, setting, method) wins."""
     suite = load_suite(overlays)
     rounds = {(m, s): suite.config(m, s, 0).training.rounds
               for m in suite.params.methods for s in suite.params.settings}
@@ -143,7 +143,8 @@ def test_dependencies_come_first_and_must_be_methods(overlays: Path) -> None:
 @pytest.mark.parametrize("overrides, message", [
     (["methods.tau5.config.algorithm={mu: 1}"], "config.algorithm: put the algorithm's keys beside `name`"),
     (["suite.statistics=[best_global_acc]"], "suite.statistics.0: .*is not a statistic name"),
-    (["suite.paper=fedxyz"], "paper 'fedxyz' is not one of: fedhkd"),
+    (["suite.paper=fedxyz"], "paper 'fedxyz' is neither a module file .* nor a registered paper"),
+    (["suite.paper=nowhere/paper.py"], r"paper module .*nowhere/paper.py not found"),
 ])
 def test_bad_method_statistic_or_paper(overlays: Path, overrides: list[str], message: str) -> None:
     with pytest.raises(BenchError, match=message):
@@ -234,7 +235,7 @@ def test_a_profile_overlays_some_settings_and_methods(params_file: Path) -> None
 
 
 def test_a_fixed_participation_seed_gives_every_run_seed_the_same_clients() -> None:
-    """specs/dafkd.md A26: one client schedule for every method and run seed (``participation.seed``)."""
+    """pipelines/dafkd/NOTES.md A26: one client schedule for every method and run seed (``participation.seed``)."""
     from bench.runner.federation import sample_clients
     from tests.conftest import small_config
 

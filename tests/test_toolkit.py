@@ -1,6 +1,8 @@
 """The training toolkit below the methods: the loop primitive, streams, two-optimiser loops, personal
-parameters (DESIGN.md "engine")."""
+parameters (docs/architecture.md "The engine")."""
 from __future__ import annotations
+
+import math
 
 import pytest
 import torch
@@ -8,8 +10,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from bench.engine.aggregate import copy_state, load_state, state_tensors, weighted_average
-from bench.engine.loop import Loop, Step, adversarial_loop, parameters
-from bench.engine.streams import NoiseStream, SharedBatches, epoch_batches
+from bench.engine.distillation import kd_loss, soft_target_kl
+from bench.engine.evaluation import eval_mode
+from bench.engine.loop import Loop, Step, parameters
+from bench.engine.streams import NoiseStream, SharedBatches, batches_per_pass, epoch_batches
 from bench.errors import Diverged
 from bench.rng import torch_stream
 
@@ -85,6 +89,53 @@ def test_epoch_batches_cover_each_epoch_once_or_stop_after_steps() -> None:
     assert [len(b) for b in steps] == [4] * 5
 
 
+@pytest.mark.parametrize("n, batch_size, drop_last", [(10, 4, False), (10, 4, True), (3, 8, True), (8, 4, True)])
+def test_batches_per_pass_counts_what_one_epoch_of_batches_holds(n: int, batch_size: int, drop_last: bool) -> None:
+    batches = list(epoch_batches(n, batch_size, drop_last, torch.Generator().manual_seed(0), torch.device("cpu"),
+                                 epochs=1))
+    assert batches_per_pass(n, batch_size, drop_last) == len(batches)
+
+
+def test_kd_loss_is_t_squared_kl_of_the_tempered_softmaxes_by_hand() -> None:
+    """Teacher logits (ln 2, 0, 0) give p_t = (1/2, 1/4, 1/4); a zero student gives 1/3 each:
+    KL = ½ln(3/2) + 2·¼ln(3/4) = ½ln(9/8). The batch mean over two equal rows is the same."""
+    teacher = torch.tensor([[math.log(2), 0.0, 0.0]] * 2)
+    student = torch.zeros(2, 3)
+    assert float(kd_loss(student, teacher, 1.0)) == pytest.approx(0.5 * math.log(9 / 8), rel=1e-6)
+    # T = 2: T²·KL(softmax(t/2) ‖ uniform), p_t ∝ (√2, 1, 1)
+    p = [math.sqrt(2) / (math.sqrt(2) + 2), 1 / (math.sqrt(2) + 2), 1 / (math.sqrt(2) + 2)]
+    assert float(kd_loss(student, teacher, 2.0)) == pytest.approx(4 * sum(q * math.log(3 * q) for q in p), rel=1e-5)
+    assert float(kd_loss(teacher, teacher, 1.0)) == pytest.approx(0.0, abs=1e-7)
+
+
+def test_kd_loss_trains_the_student_only() -> None:
+    student, teacher = torch.zeros(1, 2, requires_grad=True), torch.tensor([[1.0, 0.0]], requires_grad=True)
+    kd_loss(student, teacher, 2.0).backward()
+    assert student.grad is not None and student.grad[0, 0] < 0 and teacher.grad is None
+
+
+def test_soft_target_kl_has_the_target_first_and_no_t_squared() -> None:
+    """KL([½, ½] ‖ ψ([0, ln 3])) = ½ ln(½ / ¼) + ½ ln(½ / ¾) = ½ ln(4/3); at T = 2 the student is ψ([0, ln 3] / 2)
+    and nothing scales the result."""
+    target, student = torch.tensor([[0.5, 0.5]]), torch.tensor([[0.0, math.log(3)]])
+    assert soft_target_kl(student, target, 1.0).item() == pytest.approx(0.5 * math.log(4 / 3), abs=1e-6)
+    q = 1 / (1 + math.sqrt(3))
+    assert soft_target_kl(student, target, 2.0).item() == pytest.approx(
+        0.5 * math.log(0.5 / q) + 0.5 * math.log(0.5 / (1 - q)), abs=1e-6)
+
+
+def test_eval_mode_evaluates_and_restores_the_mode_it_found() -> None:
+    model = nn.Sequential(nn.Linear(2, 2), nn.BatchNorm1d(2))
+    for training in (True, False):
+        model.train(training)
+        with eval_mode(model) as inside:
+            assert inside is model and not model.training and not model[1].training
+        assert model.training is training and model[1].training is training
+    with pytest.raises(RuntimeError), eval_mode(model.train()):
+        raise RuntimeError("a failing evaluation")
+    assert model.training
+
+
 def test_shared_public_stream_gives_every_client_the_same_batch_in_lockstep() -> None:
     """Iteration i is the same mini-batch whoever asks and in whatever order (FedAL §4 lockstep)."""
     public = torch.arange(10.0).unsqueeze(1)
@@ -102,33 +153,6 @@ def test_noise_stream_is_reproducible() -> None:
     a = NoiseStream(torch_stream(0, "noise"), 5, torch.device("cpu"), "normal")
     b = NoiseStream(torch_stream(0, "noise"), 5, torch.device("cpu"), "normal")
     assert torch.equal(a.batch(3), b.batch(3)) and a.batch(2).shape == (2, 5)
-
-
-def test_adversarial_loop_steps_each_side_with_its_own_optimiser() -> None:
-    """GAN-style turns: the discriminator's step moves only D, the generator's only G."""
-    g, d = nn.Linear(2, 3), nn.Linear(3, 1)
-    real = torch.ones(4, 3)
-    noise = NoiseStream(torch_stream(0, "z"), 2, torch.device("cpu"))
-    d_loop = Loop(torch.optim.SGD(d.parameters(), lr=0.1), parameters(d), 1, "discriminator", backward_inputs=True)
-    g_loop = Loop(torch.optim.SGD(g.parameters(), lr=0.1), parameters(g), 1, "generator", backward_inputs=True)
-    g_before = [p.clone() for p in g.parameters()]
-    calls: list[str] = []
-
-    def d_step(step: Step, _: int) -> torch.Tensor:
-        calls.append("d")
-        fake = g(noise.batch(4)).detach()
-        return F.softplus(-d(real)).mean() + F.softplus(d(fake)).mean()
-
-    def g_step(step: Step, _: int) -> torch.Tensor:
-        calls.append("g")
-        return F.softplus(-d(g(noise.batch(4)))).mean()
-
-    d_before = [p.clone() for p in d.parameters()]
-    d_loss, g_loss = adversarial_loop(range(3), d_loop, d_step, g_loop, g_step, d_steps=2)
-    assert calls == ["d", "d", "g"] * 3
-    assert all(not torch.equal(a, b) for a, b in zip(g_before, g.parameters()))
-    assert all(not torch.equal(a, b) for a, b in zip(d_before, d.parameters()))
-    assert d_loss > 0 and g_loss > 0
 
 
 class _WithHead(nn.Module):
@@ -171,7 +195,9 @@ def test_a_method_with_personal_parameters_keeps_each_clients_head(data_dir) -> 
     assert torch.equal(server.model.classifier.weight, initial.classifier.weight)  # never averaged
     heads = [c.model.classifier.weight.clone() for c in clients]
     assert not torch.equal(heads[0], heads[1])  # each client trains its own head
-    algorithm.broadcast(server, clients[0])
+    message = algorithm.broadcast(3, server, 0)
+    assert message.state and not any(k.startswith("classifier.") for k in message.state)  # never sent
+    algorithm.receive_broadcast(clients[0], message)
     assert torch.equal(clients[0].model.classifier.weight, heads[0])  # the broadcast leaves it alone
     body = [k for k in server.model.state_dict() if not k.startswith("classifier.")]
     assert all(torch.equal(clients[0].model.state_dict()[k], server.model.state_dict()[k]) for k in body)
@@ -293,14 +319,25 @@ def test_sequential_method_trains_clients_in_a_seeded_order_and_takes_in_each_up
 
     from bench.algorithms.base import Algorithm
     from bench.engine.context import Context
-    from bench.engine.state import Client, ClientData, NoState, Server, Update
+    from bench.engine.ledger import Ledger
+    from bench.engine.protocol import Metrics
+    from bench.engine.state import Client, ClientData, NoState, Server
+    from bench.runner.rounds import run_round
     from tests.conftest import small_config
 
     @dataclass
     class Seen(NoState):
         writers: tuple[int, ...] = ()
 
-    class Relay(Algorithm[Seen, Seen]):
+    @dataclass
+    class Writers:
+        cids: tuple[int, ...]
+
+    @dataclass
+    class Written:
+        cid: int
+
+    class Relay(Algorithm[Seen, Seen, Writers, Written]):
         has_global_model = False
         ClientState = ServerState = Seen
         log: list[tuple[int, tuple[int, ...]]] = []
@@ -309,25 +346,29 @@ def test_sequential_method_trains_clients_in_a_seeded_order_and_takes_in_each_up
         def sequential(self) -> bool:
             return True
 
-        def broadcast(self, server: Server[Seen], client: Client[Seen]) -> None:
-            client.state.writers = server.state.writers
+        def broadcast(self, round_index: int, server: Server[Seen], cid: int) -> Writers:
+            return Writers(server.state.writers)
 
-        def local_update(self, round_index: int, server: Server[Seen], client: Client[Seen]) -> tuple[Update, float]:
+        def receive_broadcast(self, client: Client[Seen], message: Writers) -> None:
+            client.state.writers = message.cids
+
+        def local_update(self, round_index: int, client: Client[Seen]) -> tuple[Written, float]:
             self.log.append((client.cid, client.state.writers))
-            return Update(client.cid, 1, {}), float(client.cid)
+            return Written(client.cid), float(client.cid)
 
-        def receive(self, round_index: int, server: Server[Seen], update: Update) -> None:
+        def receive(self, round_index: int, server: Server[Seen], update: Written) -> None:
             server.state.writers = (*server.state.writers, update.cid)
 
-        def aggregate(self, round_index: int, server: Server[Seen], updates: list[Update]) -> None:
+        def aggregate(self, round_index: int, server: Server[Seen], updates: list[Written]) -> Metrics:
             self.aggregated[:] = [u.cid for u in updates]
+            return {}
 
     ctx = Context(small_config(), (2,), 2, torch.device("cpu"))
     relay = Relay(Relay.Params(), ctx)
     server = relay.init_server()
     data = ClientData(torch.zeros(1, 2), torch.zeros(1, dtype=torch.long), torch.zeros(0, 2), torch.zeros(0))
     clients = [Client(cid, data, nn.Linear(2, 2), Seen()) for cid in range(5)]
-    metrics = relay.run_round(4, server, clients)
+    metrics = run_round(relay, 4, server, clients, Ledger())
     order = ctx.client_order(4, 5)
     assert sorted(order) == list(range(5)) and order != list(range(5))  # a permutation, here not the id order
     assert [cid for cid, _ in relay.log] == order

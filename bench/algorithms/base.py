@@ -1,32 +1,44 @@
 """The interface every method implements.
 
-A round is ``broadcast -> local_update (per selected client, in client-id order) -> aggregate``; the
-default round feeds the run's communication ledger (:mod:`bench.engine.ledger`) with each broadcast
-(:meth:`Algorithm.broadcast_payload`) and each client's typed :class:`~bench.engine.state.Update`.
-The FedAvg family overrides only the pieces that differ (usually :meth:`Algorithm.local_loss`);
-methods with other communication patterns (logits on a public set, generators, prototypes)
-override :meth:`Algorithm.run_round` and use the same :class:`~bench.engine.context.Context`.
+A method declares its round as phases (:meth:`Algorithm.phases`, :mod:`bench.engine.protocol`) that the runner
+drives (:mod:`bench.runner.rounds`), counting every message it delivers in the run's communication ledger: what a
+method's message functions return is all that crosses between its clients and its server. By default a round is
+one exchange: the server broadcasts to each selected client (:meth:`Algorithm.broadcast`, server side), the client
+takes the broadcast in (:meth:`Algorithm.receive_broadcast`), trains (:meth:`Algorithm.local_update`, by default
+:meth:`Algorithm.local_loss` over its batches) and answers with its update (:meth:`Algorithm.update`); the server
+aggregates the updates in client-id order (:meth:`Algorithm.aggregate`). The FedAvg family
+(:class:`ParameterAveraging`) sends the model's shared weights and its update, each with the method's typed payload
+(:mod:`bench.engine.messages`), and usually overrides only :meth:`Algorithm.local_loss`; methods with other
+communication patterns (logits on a public set, rewards after aggregation) declare their own phases.
 
 Each method declares its typed state: ``ClientState`` and ``ServerState`` (dataclasses deriving from
-:class:`~bench.engine.state.NoState`) and the messages its clients send (subclasses of
-:class:`~bench.engine.state.Update`); ``personal_parameters`` names the state-dict prefixes that stay
+:class:`~bench.engine.state.NoState`); ``personal_parameters`` names the state-dict prefixes that stay
 with each client (never averaged, never overwritten by the broadcast; FL-bench's personal/shared
 split); :meth:`Algorithm.evaluations` declares which models are evaluated on which splits.
 """
 from __future__ import annotations
 
-from typing import Any, ClassVar, Generic, Literal
+from collections.abc import Sequence
+from typing import ClassVar, Generic, Literal, TypeVar
 
 import torch
 import torch.nn.functional as F
 from pydantic import BaseModel, ConfigDict, Field
 
-from bench.engine.aggregate import copy_state, load_state, weighted_average
+from bench.engine.aggregate import load_state, weighted_average
 from bench.engine.context import Context
 from bench.engine.evaluation import CLIENT_GLOBAL_ACC, GLOBAL_ACC, LOCAL_ACC, VAL_ACC, Evaluation
+from bench.engine.ledger import Message
 from bench.engine.loop import Step
-from bench.engine.state import Client, ClientStateT, NoState, Server, ServerStateT, Update
+from bench.engine.messages import ModelBroadcast, Update
+from bench.engine.protocol import Exchange, Metrics, Phase
+from bench.engine.state import Client, ClientStateT, NoState, Server, ServerStateT
 from bench.errors import BenchError
+
+DownT = TypeVar("DownT", bound=Message)  # what the server broadcasts to a client
+UpT = TypeVar("UpT", bound=Message)  # what a client sends back after its local update
+DownP = TypeVar("DownP")  # the payload of a parameter-averaging method's broadcast, besides the model
+UpP = TypeVar("UpP")  # the payload of its update, besides the model
 
 
 class AlgorithmParams(BaseModel):
@@ -35,7 +47,7 @@ class AlgorithmParams(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-class Algorithm(Generic[ClientStateT, ServerStateT]):
+class Algorithm(Generic[ClientStateT, ServerStateT, DownT, UpT]):
     name: ClassVar[str] = ""
     Params: ClassVar[type[AlgorithmParams]] = AlgorithmParams
     ClientState: ClassVar[type[NoState]] = NoState
@@ -43,6 +55,7 @@ class Algorithm(Generic[ClientStateT, ServerStateT]):
     has_global_model: ClassVar[bool] = True
     personal_parameters: ClassVar[tuple[str, ...]] = ()  # state-dict key prefixes kept by each client
     resident_models: ClassVar[int] = 1  # copies of the client model held during local training
+    metrics_order: ClassVar[tuple[str, ...]] = ()  # metrics that lead a round's record rows, in this order
 
     def resident_parameters(self, model: torch.nn.Module) -> int:
         """Parameters held in memory during local training (FedHKD Table 1 "Params"): ``resident_models``
@@ -84,52 +97,63 @@ class Algorithm(Generic[ClientStateT, ServerStateT]):
 
     # -- one round ------------------------------------------------------------------------------
 
+    def phases(self, round_index: int) -> Sequence[Phase[ClientStateT, ServerStateT]]:
+        """The round's phases, which the runner drives: by default one exchange (module docstring), its clients
+        in id order, or one after another in a seeded order when the method is :meth:`sequential`."""
+        together = self.update_together if self.ctx.config.training.vectorize_clients else None
+        return [Exchange(self.broadcast, self.client_update, self.aggregate, sequential=self.sequential(),
+                         take_each=self.receive, work_together=together)]
+
     def sequential(self) -> bool:
         """The communication pattern: False (default), every selected client starts from the server state
         of the round's start; True, clients train one after another in a seeded random order
         (:meth:`~bench.engine.context.Context.client_order`) and the server takes in each update
-        (:meth:`receive`) before the next client's broadcast (FedHKD's released code, specs/fedhkd.md §3.9)."""
+        (:meth:`receive`) before the next client's broadcast (FedHKD's released code, pipelines/fedhkd/NOTES.md §3.9)."""
         return False
 
-    def run_round(self, round_index: int, server: Server[ServerStateT],
-                  clients: list[Client[ClientStateT]]) -> dict[str, float]:
-        """One communication round over the selected ``clients`` (sorted by id): each is broadcast to and
-        trains (in id order, or in the seeded order of a :meth:`sequential` method, whose server takes in
-        each update at once); then the updates, in client-id order, are aggregated. Returns metrics."""
-        if self.ctx.config.training.vectorize_clients:
-            return self.run_round_together(round_index, server, clients)
-        order = [clients[i] for i in self.ctx.client_order(round_index, len(clients))] if self.sequential() \
-            else clients
-        done: dict[int, tuple[Update, float]] = {}
-        for client in order:
-            self.broadcast(server, client)
-            self.ctx.ledger.down(self.broadcast_payload(server, client))
-            update, loss = self.local_update(round_index, server, client)
-            self.ctx.ledger.up(update)
-            if self.sequential():
-                self.receive(round_index, server, update)
-            done[client.cid] = update, loss
-        updates = [done[c.cid][0] for c in clients]
-        losses = [done[c.cid][1] for c in clients]
-        self.aggregate(round_index, server, updates)
-        return {"train_loss": sum(losses) / len(losses)}
+    def broadcast(self, round_index: int, server: Server[ServerStateT], cid: int) -> DownT:
+        """Server side: what the server sends client ``cid`` at the start of its update."""
+        raise NotImplementedError(f"{self.name} declares no broadcast")
 
-    def run_round_together(self, round_index: int, server: Server[ServerStateT],
-                           clients: list[Client[ClientStateT]]) -> dict[str, float]:
-        """:meth:`run_round` with the clients' local training batched (``training.vectorize_clients``): the
-        broadcast to every client, their :meth:`local_loss` minimised together
-        (:meth:`~bench.engine.context.Context.train_together`), their models aggregated — what :meth:`run_round`
-        computes with the default :meth:`local_update`, to float32 rounding (bench/engine/vectorized.py)."""
-        for client in clients:
-            self.broadcast(server, client)
+    def receive_broadcast(self, client: Client[ClientStateT], message: DownT) -> None:
+        """Client side: the client takes the broadcast in (nothing to take in by default)."""
+
+    def client_update(self, round_index: int, client: Client[ClientStateT], message: DownT) -> tuple[UpT, Metrics]:
+        """Client side, the default exchange's work: take the broadcast in, train, answer with the update; the
+        mean training loss is the round's ``train_loss``."""
+        self.receive_broadcast(client, message)
+        update, loss = self.local_update(round_index, client)
+        return update, {"train_loss": loss}
+
+    def local_update(self, round_index: int, client: Client[ClientStateT]) -> tuple[UpT, float]:
+        """Client side: the local epochs or steps on :meth:`local_loss`; the update and the mean loss."""
+        loss = self.ctx.local_train(client, round_index, self.local_loss)
+        return self.update(client), loss
+
+    def local_loss(self, step: Step, client: Client[ClientStateT], x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """The per-batch local objective; plain cross-entropy by default."""
+        _, logits = client.model(x)
+        return F.cross_entropy(logits, y)
+
+    def update(self, client: Client[ClientStateT]) -> UpT:
+        """Client side: what the client sends the server after its local training."""
+        raise NotImplementedError(f"{self.name} declares no update")
+
+    def update_together(self, round_index: int, clients: list[Client[ClientStateT]],
+                        messages: list[DownT]) -> list[tuple[UpT, Metrics]]:
+        """:meth:`client_update` of every client at once (``training.vectorize_clients``): each takes its broadcast
+        in, their :meth:`local_loss` is minimised together (:meth:`~bench.engine.context.Context.train_together`),
+        each answers with its update — what :meth:`client_update` computes, to float32 rounding
+        (bench/engine/vectorized.py)."""
+        for client, message in zip(clients, messages):
+            self.receive_broadcast(client, message)
         losses = self.ctx.train_together(clients, round_index, self.local_loss)
-        self.aggregate(round_index, server, [Update(c.cid, c.data.num_samples, c.model.state_dict()) for c in clients])
-        return {"train_loss": sum(losses) / len(losses)}
+        return [(self.update(client), {"train_loss": loss}) for client, loss in zip(clients, losses)]
 
     def check_vectorizable(self) -> None:
         """Refuse ``training.vectorize_clients`` where it cannot apply: it batches the local training of
         methods defined by their :meth:`local_loss` alone (FedAvg, FedProx, Standalone), on one architecture."""
-        own = [name for name in ("run_round", "local_update")
+        own = [name for name in ("phases", "client_update", "local_update")
                if getattr(type(self), name) is not getattr(Algorithm, name)]
         if own or self.sequential():
             raise BenchError(f"training.vectorize_clients batches the local training of methods defined by their "
@@ -139,34 +163,13 @@ class Algorithm(Generic[ClientStateT, ServerStateT]):
             raise BenchError("training.vectorize_clients batches clients of one architecture; drop model.candidates "
                              "or set training.vectorize_clients: false")
 
-    def broadcast(self, server: Server[ServerStateT], client: Client[ClientStateT]) -> None:
-        """Send the global model to the client: its shared weights and BN buffers overwrite the client's."""
-        if server.model is not None:
-            copy_state(client.model, server.model, self.shared_keys(server.model))
+    def receive(self, round_index: int, server: Server[ServerStateT], update: UpT) -> None:
+        """Server side: a :meth:`sequential` method's server taking in one client's update within the round."""
 
-    def broadcast_payload(self, server: Server[ServerStateT], client: Client[ClientStateT]) -> object:
-        """What :meth:`broadcast` sends the client, for the communication ledger (:mod:`bench.engine.ledger`):
-        the global model's shared weights and buffers; methods that send more add it."""
-        if server.model is None:
-            return None
-        keys = self.shared_keys(server.model)
-        return {k: v for k, v in server.model.state_dict().items() if keys is None or k in keys}
-
-    def local_update(self, round_index: int, server: Server[ServerStateT],
-                     client: Client[ClientStateT]) -> tuple[Update, float]:
-        loss = self.ctx.local_train(client, round_index, self.local_loss)
-        return Update(client.cid, client.data.num_samples, client.model.state_dict()), loss
-
-    def local_loss(self, step: Step, client: Client[ClientStateT], x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        """The per-batch local objective; plain cross-entropy by default."""
-        _, logits = client.model(x)
-        return F.cross_entropy(logits, y)
-
-    def receive(self, round_index: int, server: Server[ServerStateT], update: Update) -> None:
-        """A :meth:`sequential` method's server taking in one client's update within the round."""
-
-    def aggregate(self, round_index: int, server: Server[ServerStateT], updates: list[Update]) -> None:
-        """Combine the clients' updates into the server state. Methods without one do nothing."""
+    def aggregate(self, round_index: int, server: Server[ServerStateT], updates: list[UpT]) -> Metrics:
+        """Server side: combine the clients' updates (client-id order) into the server state; the server's
+        metrics for the round. Methods without one do nothing."""
+        return {}
 
     # -- evaluation (PFLlib's per-method evaluation hook) ---------------------------------------
 
@@ -184,7 +187,7 @@ class Algorithm(Generic[ClientStateT, ServerStateT]):
         """The model evaluated as the global model, if the method has one."""
         return server.model
 
-    def client_model(self, client: Client[ClientStateT]) -> torch.nn.Module:
+    def client_model(self, server: Server[ServerStateT], client: Client[ClientStateT]) -> torch.nn.Module:
         """The model evaluated as the client's (its personalised model)."""
         return client.model
 
@@ -195,7 +198,8 @@ class Algorithm(Generic[ClientStateT, ServerStateT]):
         round. Only methods declaring such evaluations implement it."""
         raise NotImplementedError(f"{self.name} declares no evaluation of role 'method' ({metric})")
 
-    def extra_metrics(self, server: Server[ServerStateT], clients: list[Client[ClientStateT]]) -> dict[str, Any]:
+    def extra_metrics(self, server: Server[ServerStateT], clients: list[Client[ClientStateT]]) -> dict[str, float]:
+        """Values the method records on evaluation rounds beside its evaluations (FedHKD's classes with knowledge)."""
         return {}
 
     def client_records(self, server: Server[ServerStateT],
@@ -206,24 +210,18 @@ class Algorithm(Generic[ClientStateT, ServerStateT]):
         return {}
 
 
-def with_mode_defaults(data: Any, defaults: dict[str, dict[str, Any]]) -> Any:
-    """Raw parameters with the switches their ``mode`` (default ``paper``) sets filled in under the ones given
-    explicitly: the ``mode: paper|code`` of a method whose released code differs from its paper."""
-    if isinstance(data, dict) and data.get("mode", "paper") in defaults:
-        return {**defaults[data.get("mode", "paper")], **data}
-    return data
-
-
 class AveragingParams(AlgorithmParams):
     weighting: Literal["samples", "uniform"] = Field("samples", description="aggregation weights n_k or 1")
 
 
-class ParameterAveraging(Algorithm[ClientStateT, ServerStateT]):
-    """The FedAvg server step shared by the FedAvg family:
+class ParameterAveraging(Algorithm[ClientStateT, ServerStateT, ModelBroadcast[DownP], Update[UpP]]):
+    """The FedAvg family: the server broadcasts its model's shared weights and buffers with the method's payload
+    (:meth:`broadcast_payload`), each client loads them (:meth:`receive_payload` takes the payload in), trains and
+    sends its model with its payload (:meth:`update_payload`), and the server takes
     θ^{t+1} = Σ_{k∈S_t} (n_k / Σ_{j∈S_t} n_j) θ_k^t over the full state dict, BatchNorm running
-    statistics included, ``num_batches_tracked`` copied (specs/fedhkd.md §4 and §11.3,
-    specs/dafkd.md §2.1); personal parameters are not averaged. ``weighting: uniform`` is the unweighted
-    mean some official code uses (anchors.md §2.2)."""
+    statistics included, ``num_batches_tracked`` copied (pipelines/fedhkd/NOTES.md §4 and §11.3,
+    pipelines/dafkd/NOTES.md §2.1); personal parameters are neither sent nor averaged. ``weighting: uniform`` is the
+    unweighted mean some released code uses (FedHKD's, pipelines/fedhkd/NOTES.md §11.3)."""
 
     Params = AveragingParams
     params: AveragingParams
@@ -234,8 +232,47 @@ class ParameterAveraging(Algorithm[ClientStateT, ServerStateT]):
                              f"{self.ctx.config.model.name!r}; drop model.candidates")
         return super().init_server()
 
-    def aggregate(self, round_index: int, server: Server[ServerStateT], updates: list[Update]) -> None:
+    def global_state(self, server: Server[ServerStateT], cid: int) -> dict[str, torch.Tensor]:
+        """The model state the server shares with client ``cid``: its global model's entries but the personal ones."""
+        assert server.model is not None
+        keys = self.shared_keys(server.model)
+        return {k: v for k, v in server.model.state_dict().items() if keys is None or k in keys}
+
+    def broadcast(self, round_index: int, server: Server[ServerStateT], cid: int) -> ModelBroadcast[DownP]:
+        return ModelBroadcast(self.global_state(server, cid), self.broadcast_payload(round_index, server, cid))
+
+    def broadcast_payload(self, round_index: int, server: Server[ServerStateT], cid: int) -> DownP:
+        """What the server sends besides its model."""
+        raise NotImplementedError(f"{self.name} declares no broadcast payload")
+
+    def receive_broadcast(self, client: Client[ClientStateT], message: ModelBroadcast[DownP]) -> None:
+        """The shared weights and buffers overwrite the client's (its personal ones stay); then the payload."""
+        load_state(client.model, message.state, strict=not self.personal_parameters)
+        self.receive_payload(client, message.payload)
+
+    def receive_payload(self, client: Client[ClientStateT], payload: DownP) -> None:
+        """The client takes in what came besides the model (nothing to do by default)."""
+
+    def update(self, client: Client[ClientStateT]) -> Update[UpP]:
+        return Update(client.cid, client.data.num_samples, client.model.state_dict(), self.update_payload(client))
+
+    def update_payload(self, client: Client[ClientStateT]) -> UpP:
+        """What the client sends besides its model."""
+        raise NotImplementedError(f"{self.name} declares no update payload")
+
+    def aggregate(self, round_index: int, server: Server[ServerStateT], updates: list[Update[UpP]]) -> Metrics:
         assert server.model is not None
         weights = [u.num_samples if self.params.weighting == "samples" else 1.0 for u in updates]
         keys = self.shared_keys(server.model)
         load_state(server.model, weighted_average([u.state for u in updates], weights, keys), strict=keys is None)
+        return {}
+
+
+class ModelAveraging(ParameterAveraging[ClientStateT, ServerStateT, None, None]):
+    """A parameter-averaging method that sends nothing besides the model (FedAvg, FedProx, MOON, ...)."""
+
+    def broadcast_payload(self, round_index: int, server: Server[ServerStateT], cid: int) -> None:
+        return None
+
+    def update_payload(self, client: Client[ClientStateT]) -> None:
+        return None

@@ -1,5 +1,5 @@
 """CFD — Sattler, Marban, Rischke, Samek, "Communication-efficient federated distillation",
-arXiv:2012.00632 (2020), as the FedAL paper runs it (specs/fedal.md §3.2.3; the paper: "CFD is the same
+arXiv:2012.00632 (2020), as the FedAL paper runs it (pipelines/fedal/NOTES.md §3.2.3; the paper: "CFD is the same
 as MHAT", so one baseline stands for both).
 
 The server owns a model f_S (``server_model``; [ASSUMPTION] per dataset: WRN-16-1 on SVHN, ResNet-18
@@ -32,10 +32,11 @@ from pydantic import Field
 from torch import nn
 
 from bench.algorithms import register_algorithm
-from bench.algorithms.fedal import kd_loss
-from bench.algorithms.knowledge_transfer import (KnowledgeTransfer, LogitsUpload, PublicOutputs, Served,
-                                                 TransferParams, stacked_logits)
+from bench.algorithms.knowledge_transfer import (KnowledgeTransfer, LogitsUpload, PublicOutputs, TransferParams,
+                                                 stacked_logits)
+from bench.engine.distillation import soft_target_kl
 from bench.engine.loop import Loop, Step
+from bench.engine.protocol import Metrics
 from bench.engine.state import Client, NoState, Server
 
 
@@ -62,7 +63,7 @@ def dequantize(codes: torch.Tensor, bits: int) -> torch.Tensor:
     return torch.where(total > 0, values / total.clamp(min=1e-12), uniform)
 
 
-@dataclass
+@dataclass(frozen=True)
 class QuantizedSoftLabels:
     """Soft labels as b-bit codes (B × K); on the wire, b bits per entry."""
 
@@ -76,7 +77,7 @@ class QuantizedSoftLabels:
         return dequantize(self.codes, self.bits)
 
 
-@dataclass
+@dataclass(frozen=True)
 class ServerLogits:
     """The server model's logits f_S(x) on the public batch (B × K)."""
 
@@ -92,7 +93,9 @@ class CFDServer(NoState):
 
 
 @register_algorithm("cfd")
-class CFD(KnowledgeTransfer[NoState, CFDServer]):
+class CFD(KnowledgeTransfer[NoState, CFDServer, LogitsUpload | QuantizedSoftLabels, ServerLogits | QuantizedSoftLabels]):
+    """Up: logits (or b-bit soft labels); down: the server model's logits (or its b-bit soft labels)."""
+
     Params = CFDParams
     params: CFDParams
     ServerState = CFDServer
@@ -104,30 +107,31 @@ class CFD(KnowledgeTransfer[NoState, CFDServer]):
     def soft(self, logits: torch.Tensor) -> torch.Tensor:
         return F.softmax(logits / self.params.temperature, dim=-1)
 
-    def upload(self, client: Client[NoState], outputs: PublicOutputs) -> object:
+    def upload(self, client: Client[NoState], outputs: PublicOutputs) -> LogitsUpload | QuantizedSoftLabels:
         bits = self.params.quantization_bits
         logits = outputs.logits.detach()
         return LogitsUpload(logits) if bits is None else QuantizedSoftLabels(quantize(self.soft(logits), bits), bits)
 
-    def serve(self, round_index: int, server: Server[CFDServer], clients: list[Client[NoState]], x: torch.Tensor,
-              uploads: list[object]) -> Served:
+    def serve(self, round_index: int, server: Server[CFDServer], cids: list[int], x: torch.Tensor,
+              uploads: list[LogitsUpload | QuantizedSoftLabels]) -> tuple[list[ServerLogits | QuantizedSoftLabels],
+                                                                         Metrics]:
         p, state = self.params, server.state
         assert state.model is not None and state.optimizer is not None
-        if p.quantization_bits is None:
-            target = self.soft(stacked_logits(uploads).mean(0))
-        else:
-            target = torch.stack([u.probabilities() for u in uploads]).mean(0)  # type: ignore[attr-defined]
+        logits_uploads = [u for u in uploads if isinstance(u, LogitsUpload)]
+        quantized = [u for u in uploads if isinstance(u, QuantizedSoftLabels)]
+        target = (self.soft(stacked_logits(logits_uploads).mean(0)) if logits_uploads
+                  else torch.stack([u.probabilities() for u in quantized]).mean(0))
         model = state.model.train()
         loss = Loop(state.optimizer, list(model.parameters()), round_index, "server").run(
-            [x], lambda step, batch: kd_loss(target, model(batch)[1], p.temperature))
+            [x], lambda step, batch: soft_target_kl(model(batch)[1], target, p.temperature))
         with torch.no_grad():
             model.train(p.reply_mode == "train")
             _, logits = model(x)
         reply = (ServerLogits(logits) if p.quantization_bits is None
                  else QuantizedSoftLabels(quantize(self.soft(logits), p.quantization_bits), p.quantization_bits))
-        return [reply] * len(clients), {"server_loss": loss}
+        return [reply] * len(cids), {"server_loss": loss}
 
     def transfer_loss(self, step: Step, client: Client[NoState], x: torch.Tensor, outputs: PublicOutputs,
-                      reply: object) -> torch.Tensor:
-        target = reply.probabilities() if isinstance(reply, QuantizedSoftLabels) else self.soft(reply.logits)  # type: ignore[attr-defined]
-        return kd_loss(target, outputs.logits, self.params.temperature)
+                      reply: ServerLogits | QuantizedSoftLabels) -> torch.Tensor:
+        target = reply.probabilities() if isinstance(reply, QuantizedSoftLabels) else self.soft(reply.logits)
+        return soft_target_kl(outputs.logits, target, self.params.temperature)

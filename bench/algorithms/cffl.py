@@ -1,5 +1,5 @@
 """CFFL — Lyu, Xu, Wang, Yu et al., "Collaborative Fairness in Federated Learning", in *Federated Learning:
-Privacy and Incentive*, LNCS 12500, 2020 (specs/fedakd.md §4 CFFL).
+Privacy and Incentive*, LNCS 12500, 2020 (pipelines/fedakd/NOTES.md §4 CFFL).
 
 Each round, every client still in the federation (reputation r_k > 0):
 
@@ -27,28 +27,32 @@ Defaults θ_u = 0.5, clip 5.0, c_th = 0.05, α = 1 [P Table 6]. The global model
 """
 from __future__ import annotations
 
-from typing import Any, ClassVar, Literal
+from typing import Literal
 
 import torch
 from pydantic import Field
 
 from bench.algorithms import register_algorithm
-from bench.algorithms.rewards import Reputations, RewardedClients, RewardParams
+from bench.algorithms.readings import reading
+from bench.algorithms.rewards import RewardedClient, RewardedClients, RewardParams, Reputations, VectorUpload
 from bench.engine.aggregate import copy_state
+from bench.engine.protocol import Metrics
 from bench.engine.state import Client, Server
-from bench.engine.vectors import clip_norm, keep_fraction, load_vector, model_vector, parameter_keys, weighted_sum
+from bench.engine.vectors import (SparseVector, clip_norm, largest_fraction, load_vector, model_vector, parameter_keys,
+                                  weighted_sum)
 
 
 class CFFLParams(RewardParams):
-    MODE_DEFAULTS: ClassVar[dict[str, dict[str, Any]]] = {
-        "paper": {"start": "own", "data": "train", "validation": "split", "download": "reputation"},
-        "code": {"start": "global", "data": "all", "validation": "head", "download": "size"},
-    }
+    """CFFL's hyperparameters (Table 6) and its readings."""
+
     upload_fraction: float = Field(0.5, gt=0, le=1, description="θ_u: share of the update's entries uploaded")
     clip_norm: float = Field(5.0, gt=0, description="L2 bound of a client's update")
     threshold: float = Field(0.05, ge=0, description="c_th: reputation below which a client leaves")
     alpha: float = Field(1.0, gt=0, description="α of the sinh reputation mapping")
-    download: Literal["reputation", "size"] = "reputation"
+    download: Literal["reputation", "size"] = reading(
+        "reputation", "size", "a client's reward: the top q_k = r_k/max r share of the others' aggregate "
+        "u − (n_k/Σn)·u_k, added to the personal model; or all of u − (n_k/max n)·u_k, the personal model becoming "
+        "its trained copy of w_g + u_k + that (§4 [C])")
 
 
 def reputation_update(reputation: torch.Tensor, accuracy: torch.Tensor, alpha: float, threshold: float) -> torch.Tensor:
@@ -66,62 +70,72 @@ def reputation_update(reputation: torch.Tensor, accuracy: torch.Tensor, alpha: f
     return rep
 
 
-def download(aggregate: torch.Tensor, own: torch.Tensor, size_share: float, fraction: float | None) -> torch.Tensor:
+def download(aggregate: torch.Tensor, own: torch.Tensor, size_share: float, fraction: float | None) -> SparseVector:
     """What a client receives: the aggregate less its own upload scaled by ``size_share``, sparsified to
     its ``fraction`` largest entries (``None``: all of it, the code)."""
     others = aggregate - size_share * own
-    return others if fraction is None else keep_fraction(others, fraction)
+    return SparseVector(None, others, others.numel()) if fraction is None else largest_fraction(others, fraction)
 
 
 @register_algorithm("cffl")
-class CFFL(RewardedClients):
+class CFFL(RewardedClients[VectorUpload]):
+    """Up: the clipped update's θ_u largest entries; down: the reward (paper: the top q_k share of the others'
+    aggregate; code: the others' whole aggregate)."""
+
     Params = CFFLParams
     params: CFFLParams
 
-    def __init__(self, params: CFFLParams, ctx: Any) -> None:
-        super().__init__(params, ctx)
-        self._probe: torch.nn.Module | None = None  # scratch: a copy of w_g to score w_g + u_k on
+    def keys(self, model: torch.nn.Module) -> list[str]:
+        return parameter_keys(model)
 
-    def run_round(self, round_index: int, server: Server[Reputations], clients: list[Client]) -> dict[str, float]:
+    def taking_part(self, server: Server[Reputations], cids: list[int]) -> list[int]:
+        """The clients still in the federation (r_k > 0); when every client has left, nothing is trained or sent."""
+        assert server.state.reputation is not None
+        return [cid for cid in cids if server.state.reputation[cid] > 0]
+
+    def upload(self, client: Client[RewardedClient], delta: torch.Tensor) -> VectorUpload:
+        """u_k: Δ_k clipped to ``clip_norm``, its θ_u largest entries."""
+        upload = largest_fraction(clip_norm(delta, self.params.clip_norm), self.params.upload_fraction)
+        client.state.sent = upload.dense()
+        return VectorUpload(client.cid, len(self.pool(client)[1]), upload)
+
+    def aggregate(self, round_index: int, server: Server[Reputations], updates: list[VectorUpload]) -> Metrics:
+        """Steps 2-4: the aggregate, the reputations from each w_g + u_k's validation accuracy, each client's reward."""
         assert server.model is not None and server.state.reputation is not None
         p, state = self.params, server.state
-        keys = parameter_keys(server.model)
-        alive = [c for c in clients if state.reputation[c.cid] > 0]
-        if not alive:  # every client has left: nothing is trained or exchanged
-            state.share = {}
+        state.share = {}
+        if not updates:  # every client has left: nothing was trained
             return {"train_loss": 0.0, "clients_left": 0.0}
-        deltas, loss = self.local_deltas(round_index, server, alive, keys)
-        uploads = [keep_fraction(clip_norm(delta, p.clip_norm), p.upload_fraction) for delta in deltas]
-        sizes = torch.tensor([float(len(self.pool(c)[1])) for c in alive], dtype=torch.float64)
+        keys = self.keys(server.model)
+        uploads = [u.vector.dense() for u in updates]
+        sizes = torch.tensor([float(u.num_samples) for u in updates], dtype=torch.float64)
         aggregate = weighted_sum(uploads, (sizes / sizes.sum()).tolist())
         global_vector = model_vector(server.model, keys) + aggregate
         load_vector(server.model, global_vector, keys)
 
-        val_x, val_y = self.validation(clients)
-        probe = self.probe(server)
+        val_x, val_y = self.validation()
+        probe = self.scoring_model
+        copy_state(probe, server.model)
         accuracy = torch.zeros(len(state.reputation), dtype=torch.float64)
-        for client, upload in zip(alive, uploads):
+        for update, upload in zip(updates, uploads):
             load_vector(probe, global_vector + upload, keys)
-            accuracy[client.cid] = self.ctx.accuracy(probe, val_x, val_y)
+            accuracy[update.cid] = self.ctx.accuracy(probe, val_x, val_y)
         state.reputation = reputation_update(state.reputation, accuracy, p.alpha, p.threshold)
 
-        state.share = {}
         top = float(state.reputation.max())
-        for client, upload, size in zip(alive, uploads, sizes.tolist()):
+        for update, upload, size in zip(updates, uploads, sizes.tolist()):
             if p.download == "size":
-                reward = upload + download(aggregate, upload, size / float(sizes.max()), None)
-                state.share[client.cid] = 1.0
+                state.rewards[update.cid] = download(aggregate, upload, size / float(sizes.max()), None)
+                state.share[update.cid] = 1.0
             else:
-                fraction = float(state.reputation[client.cid]) / top if top > 0 else 0.0
-                reward = download(aggregate, upload, size / float(sizes.sum()), fraction)
-                state.share[client.cid] = fraction
-            self.add_to(client, reward, keys)
-        return {"train_loss": loss, "clients_left": float(len(alive))}
+                fraction = float(state.reputation[update.cid]) / top if top > 0 else 0.0
+                state.rewards[update.cid] = download(aggregate, upload, size / float(sizes.sum()), fraction)
+                state.share[update.cid] = fraction
+        return {"clients_left": float(len(updates))}
 
-    def probe(self, server: Server) -> torch.nn.Module:
-        """A copy of the global model to score candidate parameters on (scratch, overwritten before every use)."""
-        assert server.model is not None
-        if self._probe is None:
-            self._probe = self.ctx.build_model("cffl-probe")
-        copy_state(self._probe, server.model)
-        return self._probe
+    def take_reward(self, client: Client[RewardedClient], reward: torch.Tensor, keys: list[str]) -> None:
+        """Paper: the reward added to the personal model; code: its own upload and the others' aggregate, g_k."""
+        if self.params.download == "size":
+            assert client.state.sent is not None
+            reward = client.state.sent + reward
+        super().take_reward(client, reward, keys)

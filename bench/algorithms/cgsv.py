@@ -1,5 +1,5 @@
 """CGSV — Xu, Lyu, Ma, Miao, Foo, Low, "Gradient Driven Rewards to Guarantee Fairness in Collaborative Machine
-Learning", NeurIPS 2021 (specs/fedakd.md §4 CGSV).
+Learning", NeurIPS 2021 (pipelines/fedakd/NOTES.md §4 CGSV).
 
 Each round every client computes its local update Δ_k (one local pass). The server aggregates them into u,
 values each client by the cosine gradient Shapley value ψ_k = max(0, cos(Δ_k, u)) (:func:`cosine_values`),
@@ -8,46 +8,42 @@ with the ⌊q_k·D⌋ largest-magnitude entries of u, q_k = tanh(β·r_k) / max_
 degree; :func:`reward_count`) — so the better a client's update aligns with the federation's, the more of
 the aggregate it gets. ``reward_share`` records q_k per client and round.
 
-``mode`` [C: FedAKD's ``cgsv.py``; P/I: the spec's summary of the paper]:
-
-    switch     paper                                     code
-    aggregate  reputation: u = Σ_k r_k·Δ_k               mean: u = (1/K)Σ_k Δ_k (equal weights)
-    keys       parameters                                state: the whole state dict, BN buffers and the
-                                                         integer num_batches_tracked included, as the code
-                                                         flattens it
-    reward     own: the personal model before training   trained: the locally trained copy of the global
-               moves by its reward only (its local       model + its reward; w_g ← w_g + u
-               update reaches it through u)
-    start/data/validation  see bench.algorithms.rewards (code: a copy of the global model, all local data)
+``mode: code`` is FedAKD's ``cgsv.py`` [C], ``paper`` the spec's summary of the paper [P/I]: the switches of
+:class:`CGSVParams` (the aggregate's weights, the update's entries, what the reward is added to) and those of
+:mod:`bench.algorithms.rewards` (code: a copy of the global model, all local data).
 
 Defaults α = 0.9, β (altruism) = 1, sparse rewards [P Table 6; "BETA = 2.0" of Table 6 is unused by the code].
 """
 from __future__ import annotations
 
-from typing import Any, ClassVar, Literal
+from typing import Literal
 
 import torch
 from pydantic import Field
 
 from bench.algorithms import register_algorithm
-from bench.algorithms.rewards import Reputations, RewardedClients, RewardParams
+from bench.algorithms.readings import reading
+from bench.algorithms.rewards import RewardedClient, RewardedClients, RewardParams, Reputations, VectorUpload
+from bench.engine.protocol import Metrics
 from bench.engine.state import Client, Server
-from bench.engine.vectors import keep_largest, load_vector, model_vector, parameter_keys, state_keys, weighted_sum
+from bench.engine.vectors import (SparseVector, largest_entries, load_vector, model_vector, parameter_keys, state_keys,
+                                  weighted_sum)
 
 
 class CGSVParams(RewardParams):
-    MODE_DEFAULTS: ClassVar[dict[str, dict[str, Any]]] = {
-        "paper": {"start": "own", "data": "train", "validation": "split", "aggregate": "reputation",
-                  "keys": "parameters", "reward": "own"},
-        "code": {"start": "global", "data": "all", "validation": "head", "aggregate": "mean",
-                 "keys": "state", "reward": "trained"},
-    }
+    """CGSV's hyperparameters (Table 6) and its readings."""
+
     alpha: float = Field(0.9, ge=0, le=1, description="α: weight of the old reputation in the moving average")
     altruism: float = Field(1.0, gt=0, description="β: the altruism degree in tanh(β·r)")
     sparse: bool = Field(True, description="reward with the top-q_k share of u (false: all of u)")
-    aggregate: Literal["reputation", "mean"] = "reputation"
-    keys: Literal["parameters", "state"] = "parameters"
-    reward: Literal["own", "trained"] = "own"
+    aggregate: Literal["reputation", "mean"] = reading(
+        "reputation", "mean", "u = Σ_k r_k·Δ_k; or u = (1/K)Σ_k Δ_k (equal weights)")
+    keys: Literal["parameters", "state"] = reading(
+        "parameters", "state", "the update's entries: the parameters; or the whole state dict, BN buffers and the "
+        "integer num_batches_tracked included, as the code flattens it")
+    reward: Literal["own", "trained"] = reading(
+        "own", "trained", "what the reward is added to: the personal model before training (its local update "
+        "reaches it through u); or the locally trained copy of the global model, w_g ← w_g + u")
 
 
 def cosine_values(deltas: list[torch.Tensor], aggregate: torch.Tensor) -> torch.Tensor:
@@ -70,32 +66,46 @@ def reward_count(reputation: torch.Tensor, altruism: float, dim: int) -> list[in
 
 
 @register_algorithm("cgsv")
-class CGSV(RewardedClients):
+class CGSV(RewardedClients[VectorUpload]):
+    """Up: the whole update Δ_k; down: the reward, the ⌊q_k·D⌋ largest entries of u (all of u without ``sparse``)."""
+
     Params = CGSVParams
     params: CGSVParams
 
-    def run_round(self, round_index: int, server: Server[Reputations], clients: list[Client]) -> dict[str, float]:
+    def keys(self, model: torch.nn.Module) -> list[str]:
+        return parameter_keys(model) if self.params.keys == "parameters" else state_keys(model, integers=True)
+
+    def upload(self, client: Client[RewardedClient], delta: torch.Tensor) -> VectorUpload:
+        return VectorUpload(client.cid, len(self.pool(client)[1]), SparseVector(None, delta, delta.numel()))
+
+    def aggregate(self, round_index: int, server: Server[Reputations], updates: list[VectorUpload]) -> Metrics:
+        """u from the updates, ψ_k, the reputations, w_g ← w_g + u and each client's reward."""
         assert server.model is not None and server.state.reputation is not None
         p, state = self.params, server.state
-        keys = parameter_keys(server.model) if p.keys == "parameters" else state_keys(server.model, integers=True)
-        starts = [model_vector(c.model, keys) for c in clients]
-        deltas, loss = self.local_deltas(round_index, server, clients, keys)
-        weights = ([float(state.reputation[c.cid]) for c in clients] if p.aggregate == "reputation"
-                   else [1.0] * len(clients))
+        keys = self.keys(server.model)
+        cids = [u.cid for u in updates]
+        deltas = [u.vector.dense() for u in updates]
+        weights = [float(state.reputation[cid]) for cid in cids] if p.aggregate == "reputation" else [1.0] * len(cids)
         aggregate = weighted_sum(deltas, [w / sum(weights) for w in weights])
         values = torch.zeros_like(state.reputation)
-        values[[c.cid for c in clients]] = cosine_values(deltas, aggregate)
+        values[cids] = cosine_values(deltas, aggregate)
         rep = state.reputation.clone()
-        rep[[c.cid for c in clients]] = reputation_update(state.reputation, values, p.alpha)[[c.cid for c in clients]]
+        rep[cids] = reputation_update(state.reputation, values, p.alpha)[cids]
         state.reputation = rep / rep.sum()
         load_vector(server.model, model_vector(server.model, keys) + aggregate, keys)
 
         counts = reward_count(state.reputation, p.altruism, len(aggregate)) if p.sparse else None
         state.share = {}
-        for client, start in zip(clients, starts):
-            count = counts[client.cid] if counts is not None else len(aggregate)
-            reward = keep_largest(aggregate, count)
-            base = start if p.reward == "own" else model_vector(client.model, keys)
-            load_vector(client.model, base + reward, keys)
-            state.share[client.cid] = count / len(aggregate)
-        return {"train_loss": loss}
+        for cid in cids:
+            count = counts[cid] if counts is not None else len(aggregate)
+            state.rewards[cid] = largest_entries(aggregate, count)
+            state.share[cid] = count / len(aggregate)
+        return {}
+
+    def take_reward(self, client: Client[RewardedClient], reward: torch.Tensor, keys: list[str]) -> None:
+        """``reward: own``: the personal model before training plus the reward; ``trained``: the trained copy plus it."""
+        if self.params.reward == "own":
+            assert client.state.start is not None
+            load_vector(client.model, client.state.start + reward, keys)
+        else:
+            super().take_reward(client, reward, keys)

@@ -1,5 +1,5 @@
 """DaFKD — Wang, Li, Xu, Li, Zhan, Zeng, "DaFKD: Domain-aware Federated Knowledge Distillation", CVPR 2023
-(specs/dafkd.md).
+(pipelines/dafkd/NOTES.md).
 
 Client k (Algorithm 1 lines 16-26, §1.3-§1.4) receives the global extractor φ and classifier head h_c and
 the generator θ^g; its domain head h_d^k stays its own (a personal parameter: never averaged, never
@@ -35,30 +35,10 @@ D̂^g overwrite them — on the digits proxy, whose generated samples are far fr
 distilled model more than its updates gain, see pipelines/dafkd/README.md). E counts epochs or steps as the
 run's ``training`` section says (A1).
 
-``mode: code`` switches to the released code's behaviour (§1.7); an explicitly given switch wins:
-
-    switch            paper          code       what (§1.7, §1.8)
-    local_gan         always         early      §1.7.2: the adversarial term only in rounds 1-3 and the generator
-                                                step only in rounds 1-5, both only in local epochs 1-5; the
-                                                generator's forward still runs (its BatchNorm statistics and the
-                                                extractor's move as in the code; here before the classifier
-                                                step's update rather than after it)
-    adv_loss          joint          separate   §1.7.4: Eq. 2's one mean over real and fake, or BCE(real) + BCE(fake)
-    gradient_penalty  0              0.3        §1.7.4: λ·mean((‖∇_x̃ f(x̃)‖₂ over dim 1 − 1)²), x̃ = u·x + (1−u)·x̂
-    head              personal       shared     §1.7.3, A10: one head that each client continues in turn (the
-                                                clients train one after another in a seeded order)
-    distill_gen       post_round     pre_round  §1.7.6, A9: D̂^g from θ_{t+1}^g, or from the round's θ_t^g
-    teacher           probabilities  logits     §1.7.8, A8: Σ α̂ softmax(z/τ), or softmax(Σ α̂ z / τ)
-    kd_reduction      batchmean      mean       §1.7.8: KL summed over classes, or KLDivLoss 'mean' (÷ C too)
-    distill_schedule  constant       plateau    §1.7.9: ReduceLROnPlateau(0.2, patience 2) on the running mean
-                                                distillation loss, per distillation epoch
-    local_schedule    constant       plateau    §1.6: the same on the client's optimiser per local epoch, on the
-                                                running mean of each epoch's last-batch cross-entropy (as coded)
-    server_bn         eval           train      §1.7.12, A11: client models in eval mode for α̂ and the teacher,
-                                                or in train mode (batch statistics; their buffers untouched)
-
-The code's hyperparameters (lr 1e-4 local and distillation, no weight decay on the classifier, 1e-4 on the
-generator) are the run's: the suite's code row sets them. The code's other protocol differences — its
+``mode: code`` switches to the released code's behaviour (§1.7, §1.8): the ten switches of :class:`DaFKDParams`,
+each with its paper and code value; the code's local update is :class:`ReleasedLocalGAN`, apart from the paper's
+(:class:`LocalGAN`). The code's hyperparameters (lr 1e-4 local and distillation, no weight decay on the
+classifier, 1e-4 on the generator) are the run's: the suite's code row sets them. The code's other protocol differences — its
 Dirichlet-partitioned, ``drop_last`` test loaders (§1.7.15), binarised MNIST-type images (A15), the
 2-D noise bug (§1.7.16) — are not reproduced. Every run logs the diagnostics of §6 R10 and §7: the
 accuracy on the test set of the α̂-weighted and of the uniform ensemble of the round's client models
@@ -70,10 +50,10 @@ from __future__ import annotations
 
 import copy
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, Literal
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
@@ -82,12 +62,16 @@ from torch import nn
 from torch.func import functional_call
 
 from bench.algorithms import register_algorithm
-from bench.algorithms.base import AveragingParams, ParameterAveraging, with_mode_defaults
+from bench.algorithms.base import AveragingParams, ParameterAveraging
+from bench.algorithms.readings import ModeParams, reading
 from bench.engine.aggregate import copy_state, load_state, weighted_average
-from bench.engine.context import Context
+from bench.engine.distillation import soft_target_kl
 from bench.engine.evaluation import Evaluation
-from bench.engine.loop import Loop, Step, adversarial_loop
-from bench.engine.state import Client, NoState, Server, Update
+from bench.engine.loop import Loop, Step
+from bench.engine.messages import Update
+from bench.engine.protocol import Metrics
+from bench.engine.state import Client, NoState, Server
+from bench.engine.streams import batches_per_pass
 from bench.errors import BenchError
 from bench.models import build_model
 
@@ -97,19 +81,10 @@ ENSEMBLE_ACC = Evaluation("ensemble_acc", "method", "global_test")
 UNIFORM_ENSEMBLE_ACC = Evaluation("uniform_ensemble_acc", "method", "global_test")
 PRE_KD_ACC = Evaluation("pre_kd_acc", "method", "global_test")
 
-MODE_DEFAULTS: dict[str, dict[str, Any]] = {
-    "paper": {"local_gan": "always", "adv_loss": "joint", "gradient_penalty": 0.0, "head": "personal",
-              "distill_gen": "post_round", "teacher": "probabilities", "kd_reduction": "batchmean",
-              "distill_schedule": "constant", "local_schedule": "constant", "server_bn": "eval"},
-    "code": {"local_gan": "early", "adv_loss": "separate", "gradient_penalty": 0.3, "head": "shared",
-             "distill_gen": "pre_round", "teacher": "logits", "kd_reduction": "mean",
-             "distill_schedule": "plateau", "local_schedule": "plateau", "server_bn": "train"},
-}
-"""The switches each ``mode`` sets unless given explicitly (paper: §1.4 profile P; code: §1.7)."""
+class DaFKDParams(ModeParams, AveragingParams):
+    """DaFKD's hyperparameters (§1.4 profile P, A4, A5), the variants of Table 3, and the paper's and the released
+    code's readings (§1.7)."""
 
-
-class DaFKDParams(AveragingParams):
-    mode: Literal["paper", "code"] = Field("paper", description="defaults of the switches: paper or released code")
     correlation: Literal["discriminator", "uniform"] = Field(
         "discriminator", description="α̂ from the domain discriminators (Eq. 7), or 1/K_t (DaFKD^no-correlation)")
     sharing: Literal["shared", "separate"] = Field(
@@ -129,24 +104,36 @@ class DaFKDParams(AveragingParams):
     distill_epochs: int = Field(40, ge=1, description="passes over them per round (A5: 1,600 steps)")
     distill_batch_size: int | None = Field(None, ge=1, description="generated samples per batch (None: training.batch_size)")
     skip_first_distill: bool = Field(True, description="no distillation in round 1 (A25)")
-    local_gan: Literal["always", "early"] = "always"
-    adv_loss: Literal["joint", "separate"] = "joint"
-    gradient_penalty: float = Field(0.0, ge=0, description="λ of the code's gradient penalty (0: none)")
-    head: Literal["personal", "shared"] = "personal"
-    distill_gen: Literal["post_round", "pre_round"] = "post_round"
-    teacher: Literal["probabilities", "logits"] = "probabilities"
-    kd_reduction: Literal["batchmean", "mean"] = "batchmean"
-    distill_schedule: Literal["constant", "plateau"] = "constant"
-    local_schedule: Literal["constant", "plateau"] = "constant"
-    server_bn: Literal["eval", "train"] = "eval"
+    local_gan: Literal["always", "early"] = reading(
+        "always", "early", "§1.7.2: the adversarial term and the generator step in every batch; or the adversarial "
+        "term only in rounds 1-3 and the generator step only in rounds 1-5, both only in local epochs 1-5 (the "
+        "generator's forward still runs)")
+    adv_loss: Literal["joint", "separate"] = reading(
+        "joint", "separate", "§1.7.4: Eq. 2's one mean over real and fake; or BCE(real) + BCE(fake)")
+    gradient_penalty: float = reading(
+        0.0, 0.3, "§1.7.4: λ of the code's penalty λ·mean((‖∇_x̃ f(x̃)‖₂ over dim 1 − 1)²), x̃ = u·x + (1−u)·x̂ "
+        "(0: none)", ge=0)
+    head: Literal["personal", "shared"] = reading(
+        "personal", "shared", "§1.7.3, A10: each client's own domain head; or one head that each client continues in "
+        "turn (the clients train one after another in a seeded order)")
+    distill_gen: Literal["post_round", "pre_round"] = reading(
+        "post_round", "pre_round", "§1.7.6, A9: D̂^g from the aggregated θ_{t+1}^g; or from the round's θ_t^g")
+    teacher: Literal["probabilities", "logits"] = reading(
+        "probabilities", "logits", "§1.7.8, A8: Σ α̂ softmax(z/τ); or softmax(Σ α̂ z / τ)")
+    kd_reduction: Literal["batchmean", "mean"] = reading(
+        "batchmean", "mean", "§1.7.8: the KL summed over classes; or KLDivLoss 'mean' (÷ C too)")
+    distill_schedule: Literal["constant", "plateau"] = reading(
+        "constant", "plateau", "§1.7.9: a constant distillation learning rate; or ReduceLROnPlateau(0.2, patience 2) "
+        "on the running mean distillation loss, per distillation epoch")
+    local_schedule: Literal["constant", "plateau"] = reading(
+        "constant", "plateau", "§1.6: a constant client learning rate; or the same scheduler on the client's "
+        "optimiser between local epochs, on the running mean of each epoch's last-batch cross-entropy (as coded)")
+    server_bn: Literal["eval", "train"] = reading(
+        "eval", "train", "§1.7.12, A11: the client models in eval mode for α̂ and the teacher; or in train mode "
+        "(batch statistics; their buffers untouched)")
     student_bn_stats: Literal["distilled", "averaged"] = Field(
         "distilled", description="the student's BatchNorm running statistics after distillation: as its train-mode "
                                  "forwards on D̂^g left them (§1.7.12, A11, [C]), or ŵ's averaged ones restored")
-
-    @model_validator(mode="before")
-    @classmethod
-    def _mode_defaults(cls, data: Any) -> Any:
-        return with_mode_defaults(data, MODE_DEFAULTS)
 
     @model_validator(mode="after")
     def _one_head_needs_the_shared_extractor(self) -> DaFKDParams:
@@ -213,7 +200,7 @@ def distillation_loss(student_logits: torch.Tensor, teacher: torch.Tensor, tempe
                       reduction: Literal["batchmean", "mean"]) -> torch.Tensor:
     """Eq. 8: τ²·KL(teacher ‖ softmax(s/τ)), summed over classes and averaged over samples (``batchmean``), or
     averaged over samples and classes (``mean``, KLDivLoss's default in [C])."""
-    kl = F.kl_div(F.log_softmax(student_logits / temperature, dim=1), teacher, reduction="batchmean")
+    kl = soft_target_kl(student_logits, teacher, temperature)
     return temperature ** 2 * (kl if reduction == "batchmean" else kl / student_logits.shape[1])
 
 
@@ -228,12 +215,14 @@ def weight_entropy(weights: torch.Tensor) -> torch.Tensor:
 @dataclass
 class DaFKDServer(NoState):
     """The server's generator θ^g; the code's one discriminator head (``head: shared``); the last round's
-    clients S_t and ŵ before distillation, which the diagnostics evaluate."""
+    clients S_t and ŵ before distillation, which the diagnostics evaluate; the clients whose updates it took in
+    one by one this round (``head: shared``), in that order."""
 
     generator: nn.Module | None = None
     head: dict[str, torch.Tensor] | None = None
     selected: list[int] = field(default_factory=list)
     averaged: dict[str, torch.Tensor] | None = None
+    taken_in: list[int] = field(default_factory=list)
 
 
 @dataclass
@@ -244,12 +233,26 @@ class DaFKDClient(NoState):
     discriminator: nn.Module | None = None
 
 
-@dataclass
-class DomainUpdate(Update):
-    """A client's upload: φ, h_c and h_d^k (``state``), G_k, and D_k in DaFKD^{no-sharing}."""
+@dataclass(frozen=True)
+class GeneratorBroadcast:
+    """What a client receives besides φ and h_c: the generator θ^g, and the code's one discriminator head
+    (``head: shared``; None: the client keeps its own h_d^k)."""
+
+    generator: nn.Module
+    head: dict[str, torch.Tensor] | None
+
+
+@dataclass(frozen=True)
+class DomainUpload:
+    """What a client sends besides φ, h_c and h_d^k: G_k, D_k (DaFKD^{no-sharing}), and the diagnostics of its
+    local training: the mean discriminator outputs on real and fake samples and the mean generator loss (NaN: the
+    generator took no step)."""
 
     generator: dict[str, torch.Tensor]
-    discriminator: dict[str, torch.Tensor] | None = None
+    discriminator: dict[str, torch.Tensor] | None
+    d_real: float
+    d_fake: float
+    g_loss: float
 
 
 class DomainEnsemble(nn.Module):
@@ -276,21 +279,157 @@ class DomainEnsemble(nn.Module):
         return weights.T, ensemble_teacher(torch.stack(logits), weights, self.temperature, self.form)
 
 
+# -- a client's local training (Algorithm 1, lines 19-24) -------------------------------------------------
+
+
+class LocalGAN:
+    """One client's local update as the paper gives it: for each local epoch, on each mini-batch (x, y), one step
+    of φ, h_c and h_d on Eq. 9 against B fake samples x̂ = G_k(z) (z from the stream ``("dafkd-fake", k, t)``),
+    then one step of G_k on Eq. 3 on fresh noise (stream ``("dafkd-gen", k, t)``). The classifier's steps use the
+    client's optimiser and clipping; G_k an Adam of its own, fresh each round."""
+
+    def __init__(self, method: DaFKD, client: Client[DaFKDClient], round_index: int) -> None:
+        p, ctx = method.params, method.ctx
+        self.params, self.round, self.sample = p, round_index, method.sample
+        self.generator = method.local_generator.train()
+        self.model, self.separate = client.model, client.state.discriminator
+        trained = [*self.model.parameters(), *(self.separate.parameters() if self.separate is not None else ())]
+        if self.separate is not None:
+            self.separate.train()
+            if client.optimizer is None:  # one Adam over the classifier and D_k: the same as one each
+                client.optimizer = ctx.make_optimizer(trained)
+        self.optimizer = ctx.client_optimizer(client, round_index)
+        self.model.train()
+        g_optimizer = torch.optim.Adam(self.generator.parameters(), lr=p.generator_lr, betas=p.generator_betas,
+                                       weight_decay=p.generator_weight_decay, amsgrad=p.generator_amsgrad)
+        self.classifier_loop = Loop(self.optimizer, trained, round_index, client.cid, ctx.config.training.grad_clip,
+                                    ctx.stream("dafkd-fake", client.cid, round_index), guard=ctx.loss_guard)
+        self.generator_loop = Loop(g_optimizer, list(self.generator.parameters()), round_index, "generator",
+                                   rng=ctx.stream("dafkd-gen", client.cid, round_index), backward_inputs=True)
+        self.losses: list[float] = []
+        self.g_losses: list[float] = []
+        self.real_out: list[torch.Tensor] = []
+        self.fake_out: list[torch.Tensor] = []
+
+    def train(self, epochs: list[list[tuple[torch.Tensor, torch.Tensor]]]) -> None:
+        """Algorithm 1 lines 19-24 over the local epochs' mini-batches."""
+        for epoch, batches in enumerate(epochs):
+            for batch in batches:
+                self.losses.append(self.classifier_loop.run(
+                    [batch], lambda step, b, e=epoch: self.classifier_loss(step, e, *b)))
+                if self.generator_trains(epoch):
+                    self.g_losses.append(self.generator_loop.run([batch], self.generator_objective))
+            if epoch < len(epochs) - 1:
+                self.between_epochs()
+
+    def domain_logit(self, x: torch.Tensor, features: torch.Tensor | None = None) -> torch.Tensor:
+        """ℓ with f = σ(ℓ): h_d on φ(x) (the shared extractor's ``features`` when given), or D_k(x)."""
+        if self.separate is not None:
+            return self.separate(x)[1].squeeze(1)
+        return self.model.domain_logit(self.model(x)[0] if features is None else features)
+
+    def classifier_loss(self, step: Step, epoch: int, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """Eq. 9: CE(h_c(φ(x)), y) + L_adv (Eq. 2) on x and x̂ = G_k(z) (detached)."""
+        assert step.rng is not None
+        with torch.no_grad():
+            fake = self.sample(self.generator, len(x), step.rng)
+        features, logits = self.model(x)
+        real_logit, fake_logit = self.domain_logit(x, features), self.domain_logit(fake)
+        self.record(real_logit, fake_logit)
+        return F.cross_entropy(logits, y) + adversarial_loss(real_logit, fake_logit, self.params.adv_loss)
+
+    def generator_objective(self, step: Step, batch: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+        """Eq. 3 on B fresh fake samples."""
+        assert step.rng is not None
+        return generator_loss(self.domain_logit(self.sample(self.generator, len(batch[1]), step.rng)),
+                              self.params.gen_loss)
+
+    def generator_trains(self, epoch: int) -> bool:
+        """Whether G_k takes its step after each classifier step of ``epoch``: always, in the paper."""
+        return True
+
+    def between_epochs(self) -> None:
+        """Between two local epochs: nothing, in the paper."""
+
+    def record(self, real_logit: torch.Tensor, fake_logit: torch.Tensor) -> None:
+        self.real_out.append(torch.sigmoid(real_logit.detach()).mean())
+        self.fake_out.append(torch.sigmoid(fake_logit.detach()).mean())
+
+    def upload(self) -> DomainUpload:
+        """G_k, D_k and the diagnostics."""
+        return DomainUpload({k: v.detach().clone() for k, v in self.generator.state_dict().items()},
+                            None if self.separate is None else self.separate.state_dict(),
+                            float(torch.stack(self.real_out).mean()), float(torch.stack(self.fake_out).mean()),
+                            sum(self.g_losses) / len(self.g_losses) if self.g_losses else math.nan)
+
+    @property
+    def loss(self) -> float:
+        """The mean classifier loss over the update's steps."""
+        return sum(self.losses) / max(len(self.losses), 1)
+
+
+class ReleasedLocalGAN(LocalGAN):
+    """The released code's local update (§1.7.2, §1.7.4, §1.6), each behaviour at its own switch:
+    ``local_gan: early`` trains adversarially only in rounds 1-3 and steps G_k only in rounds 1-5, both only in local
+    epochs 1-5 (the generator's forward still runs when it takes no step, moving its BatchNorm statistics and the
+    extractor's, here before the classifier step's update); ``gradient_penalty`` λ > 0 adds the code's penalty on
+    interpolates (computed in every step, added with the adversarial term); ``local_schedule: plateau`` steps a
+    ReduceLROnPlateau(0.2, patience 2) on the client's optimiser between local epochs, on the running mean over
+    epochs of each epoch's last-batch cross-entropy (the code resets its batch list every batch)."""
+
+    def __init__(self, method: DaFKD, client: Client[DaFKDClient], round_index: int) -> None:
+        super().__init__(method, client, round_index)
+        self.scheduler = (torch.optim.lr_scheduler.ReduceLROnPlateau(self.optimizer, factor=0.2, patience=2)
+                          if self.params.local_schedule == "plateau" else None)
+        self.epoch_losses: list[float] = []
+        self.last_batch: tuple[torch.Tensor, torch.Tensor] | None = None  # (logits, labels) of the latest batch
+
+    def adversarial(self, epoch: int) -> bool:
+        return self.params.local_gan == "always" or (self.round <= EARLY_D_ROUNDS and epoch < EARLY_EPOCHS)
+
+    def generator_trains(self, epoch: int) -> bool:
+        return self.params.local_gan == "always" or (self.round <= EARLY_G_ROUNDS and epoch < EARLY_EPOCHS)
+
+    def classifier_loss(self, step: Step, epoch: int, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        assert step.rng is not None
+        p = self.params
+        with torch.no_grad():
+            fake = self.sample(self.generator, len(x), step.rng)
+        features, logits = self.model(x)
+        loss = F.cross_entropy(logits, y)
+        real_logit, fake_logit = self.domain_logit(x, features), self.domain_logit(fake)
+        penalty = (gradient_penalty(self.domain_logit, x, fake, torch.rand(len(x), generator=step.rng).to(x.device),
+                                    p.gradient_penalty) if p.gradient_penalty else None)
+        if self.adversarial(epoch):
+            loss = loss + adversarial_loss(real_logit, fake_logit, p.adv_loss)
+            if penalty is not None:
+                loss = loss + penalty
+        if not self.generator_trains(epoch):  # the code's generator forward, without its step
+            with torch.no_grad():
+                self.domain_logit(self.sample(self.generator, len(x), step.rng))
+        self.record(real_logit, fake_logit)
+        self.last_batch = logits.detach(), y
+        return loss
+
+    def between_epochs(self) -> None:
+        if self.scheduler is not None and self.last_batch is not None:
+            self.epoch_losses.append(float(F.cross_entropy(*self.last_batch)))
+            self.scheduler.step(sum(self.epoch_losses) / len(self.epoch_losses))
+
+
 # -- the method -------------------------------------------------------------------------------------------
 
 
 @register_algorithm("dafkd")
-class DaFKD(ParameterAveraging[DaFKDClient, DaFKDServer]):
+class DaFKD(ParameterAveraging[DaFKDClient, DaFKDServer, GeneratorBroadcast, DomainUpload]):
+    """The broadcast carries θ^g (and the code's shared head) besides φ and h_c; the update G_k, D_k and the
+    client's diagnostics besides φ, h_c and h_d^k."""
+
     Params = DaFKDParams
     params: DaFKDParams
     ClientState = DaFKDClient
     ServerState = DaFKDServer
     personal_parameters = (HEAD,)
-
-    def __init__(self, params: DaFKDParams, ctx: Context) -> None:  # type: ignore[override]
-        super().__init__(params, ctx)
-        self.round_metrics: dict[str, float] = {}  # this round's server diagnostics
-        self.client_metrics: dict[str, list[float]] = {}  # this round's client diagnostics, averaged over clients
 
     # -- models ---------------------------------------------------------------------------------------
 
@@ -306,8 +445,8 @@ class DaFKD(ParameterAveraging[DaFKDClient, DaFKDServer]):
                            key=("init", "discriminator")).to(self.ctx.device)
 
     @cached_property
-    def _local_generator(self) -> nn.Module:
-        """G_k: the generator a client trains this round (loaded from θ^g before each use)."""
+    def local_generator(self) -> nn.Module:
+        """G_k: the generator a client trains this round (loaded from the received θ^g)."""
         return self._build_generator()
 
     @cached_property
@@ -342,100 +481,25 @@ class DaFKD(ParameterAveraging[DaFKDClient, DaFKDServer]):
     def sequential(self) -> bool:
         return self.params.head == "shared"
 
-    def run_round(self, round_index: int, server: Server[DaFKDServer],
-                  clients: list[Client[DaFKDClient]]) -> dict[str, float]:
-        self.round_metrics, self.client_metrics = {}, {}
-        metrics = super().run_round(round_index, server, clients)
-        return {**metrics, **{k: sum(v) / len(v) for k, v in self.client_metrics.items()}, **self.round_metrics}
-
-    def broadcast(self, server: Server[DaFKDServer], client: Client[DaFKDClient]) -> None:
-        super().broadcast(server, client)  # φ and h_c; h_d^k stays the client's
-        if server.state.head is not None:  # the code's one head, as the previous client left it
-            load_state(client.model, server.state.head, strict=False)
-
-    def receive(self, round_index: int, server: Server[DaFKDServer], update: DomainUpdate) -> None:  # type: ignore[override]
-        server.state.head = {k: v.detach().clone() for k, v in update.state.items() if k.startswith(HEAD)}
-
-    def local_update(self, round_index: int, server: Server[DaFKDServer],
-                     client: Client[DaFKDClient]) -> tuple[DomainUpdate, float]:
-        """Eq. 9 (or CE and Eq. 2 on the separate D_k) and Eq. 3 on every mini-batch (Algorithm 1, lines 19-24)."""
-        p, ctx = self.params, self.ctx
+    def broadcast_payload(self, round_index: int, server: Server[DaFKDServer], cid: int) -> GeneratorBroadcast:
         assert server.state.generator is not None
-        generator = self._local_generator
-        copy_state(generator, server.state.generator)
-        generator.train()
-        g_optimizer = torch.optim.Adam(generator.parameters(), lr=p.generator_lr, betas=p.generator_betas,
-                                       weight_decay=p.generator_weight_decay, amsgrad=p.generator_amsgrad)
-        model, separate = client.model, client.state.discriminator
-        trained = [*model.parameters(), *(separate.parameters() if separate is not None else ())]
-        if separate is not None:
-            separate.train()
-            if client.optimizer is None:  # one Adam over the classifier and D_k: the same as one each
-                client.optimizer = ctx.make_optimizer(trained)
-        optimizer = ctx.client_optimizer(client, round_index)
-        model.train()
-        d_rng, g_rng = ctx.stream("dafkd-fake", client.cid, round_index), ctx.stream("dafkd-gen", client.cid, round_index)
-        d_loop = Loop(optimizer, trained, round_index, client.cid, ctx.config.training.grad_clip, d_rng,
-                      guard=ctx.loss_guard)
-        g_loop = Loop(g_optimizer, list(generator.parameters()), round_index, "generator", rng=g_rng,
-                      backward_inputs=True)
+        return GeneratorBroadcast(server.state.generator, server.state.head)
 
-        def domain_logit(x: torch.Tensor, features: torch.Tensor | None = None) -> torch.Tensor:
-            if separate is not None:
-                return separate(x)[1].squeeze(1)
-            return model.domain_logit(model(x)[0] if features is None else features)
+    def receive_payload(self, client: Client[DaFKDClient], payload: GeneratorBroadcast) -> None:
+        """G_k starts from θ^g; the code's one head, as the previous client left it, replaces h_d^k."""
+        copy_state(self.local_generator, payload.generator)
+        if payload.head is not None:
+            load_state(client.model, payload.head, strict=False)
 
-        per_epoch = batches_per_epoch(client.data.num_samples, ctx.config.training.batch_size,
-                                      ctx.config.training.drop_last)
-        scheduler = _Plateau(optimizer) if p.local_schedule == "plateau" else None
-        real_out, fake_out = [], []
-
-        def d_step(step: Step, item: tuple[int, tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor:
-            index, (x, y) = item
-            epoch = index // per_epoch
-            assert step.rng is not None
-            if scheduler is not None:
-                scheduler.epoch_end(index, per_epoch)
-            with torch.no_grad():
-                fake = self.sample(generator, len(x), step.rng)
-            features, logits = model(x)
-            loss = F.cross_entropy(logits, y)
-            real_logit, fake_logit = domain_logit(x, None if separate is not None else features), domain_logit(fake)
-            penalty = (gradient_penalty(domain_logit, x, fake, torch.rand(len(x), generator=step.rng).to(x.device),
-                                        p.gradient_penalty) if p.gradient_penalty else None)
-            if self._adversarial_on(round_index, epoch):
-                loss = loss + adversarial_loss(real_logit, fake_logit, p.adv_loss)
-                if penalty is not None:
-                    loss = loss + penalty
-            if not self._generator_on(round_index, epoch):  # the code's generator forward, without its step
-                with torch.no_grad():
-                    domain_logit(self.sample(generator, len(x), step.rng))
-            real_out.append(torch.sigmoid(real_logit.detach()).mean())
-            fake_out.append(torch.sigmoid(fake_logit.detach()).mean())
-            if scheduler is not None:
-                scheduler.last_batch = logits.detach(), y
-            return loss
-
-        def g_step(step: Step, item: tuple[int, tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor:
-            assert step.rng is not None
-            return generator_loss(domain_logit(self.sample(generator, len(item[1][1]), step.rng)), p.gen_loss)
-
-        loss, g_loss = adversarial_loop(enumerate(ctx.client_batches(client, round_index)), d_loop, d_step, g_loop,
-                                        g_step, generator_turn=lambda item: self._generator_on(
-                                            round_index, item[0] // per_epoch))
-        self.client_metrics.setdefault("d_real", []).append(float(torch.stack(real_out).mean()))
-        self.client_metrics.setdefault("d_fake", []).append(float(torch.stack(fake_out).mean()))
-        if not math.isnan(g_loss):
-            self.client_metrics.setdefault("g_loss", []).append(g_loss)
-        return DomainUpdate(client.cid, client.data.num_samples, model.state_dict(),
-                            {k: v.detach().clone() for k, v in generator.state_dict().items()},
-                            None if separate is None else separate.state_dict()), loss
-
-    def _adversarial_on(self, round_index: int, epoch: int) -> bool:
-        return self.params.local_gan == "always" or (round_index <= EARLY_D_ROUNDS and epoch < EARLY_EPOCHS)
-
-    def _generator_on(self, round_index: int, epoch: int) -> bool:
-        return self.params.local_gan == "always" or (round_index <= EARLY_G_ROUNDS and epoch < EARLY_EPOCHS)
+    def local_update(self, round_index: int, client: Client[DaFKDClient]) -> tuple[Update[DomainUpload], float]:
+        """Algorithm 1, lines 19-24 (:class:`LocalGAN`; the released code's, :class:`ReleasedLocalGAN`, where a
+        switch asks for it), then the upload of φ, h_c, h_d^k, G_k (and D_k)."""
+        p, train = self.params, self.ctx.config.training
+        released = p.local_gan != "always" or p.gradient_penalty > 0 or p.local_schedule != "constant"
+        gan = (ReleasedLocalGAN if released else LocalGAN)(self, client, round_index)
+        per_epoch = batches_per_pass(client.data.num_samples, train.batch_size, train.drop_last)
+        gan.train(local_epochs(self.ctx.client_batches(client, round_index), per_epoch))
+        return Update(client.cid, client.data.num_samples, client.model.state_dict(), gan.upload()), gan.loss
 
     def sample(self, generator: nn.Module, n: int, rng: torch.Generator) -> torch.Tensor:
         """n generated samples: z ~ N(0, I_d) (and, for G-cond, a uniform random label, A6) from ``rng``."""
@@ -444,31 +508,40 @@ class DaFKD(ParameterAveraging[DaFKDClient, DaFKDServer]):
             return generator(z, torch.randint(self.ctx.num_classes, (n,), generator=rng).to(self.ctx.device))
         return generator(z)
 
+    def receive(self, round_index: int, server: Server[DaFKDServer], update: Update[DomainUpload]) -> None:
+        """``head: shared``: the next client continues the head this one trained."""
+        server.state.head = {k: v.detach().clone() for k, v in update.state.items() if k.startswith(HEAD)}
+        server.state.taken_in.append(update.cid)
+
     # -- server ---------------------------------------------------------------------------------------
 
-    def aggregate(self, round_index: int, server: Server[DaFKDServer], updates: list[DomainUpdate]) -> None:  # type: ignore[override]
-        """Eqs. 6 and 4, then (from round 2) Eqs. 7-8 on D̂^g."""
+    def aggregate(self, round_index: int, server: Server[DaFKDServer], updates: list[Update[DomainUpload]]) -> Metrics:
+        """Eqs. 6 and 4, then (from round 2) Eqs. 7-8 on D̂^g; the round's diagnostics: the clients' (averaged in
+        the order they trained) and the server's."""
         p = self.params
         generator = server.state.generator
         assert generator is not None and server.model is not None
+        metrics = client_diagnostics(updates, server.state.taken_in)
+        server.state.taken_in = []
         samples = self.distillation_set(round_index, generator) if p.distill_gen == "pre_round" else None
         super().aggregate(round_index, server, updates)
         weights = [u.num_samples if p.weighting == "samples" else 1.0 for u in updates]
-        load_state(generator, weighted_average([u.generator for u in updates], weights))
+        load_state(generator, weighted_average([u.payload.generator for u in updates], weights))
         server.state.selected = [u.cid for u in updates]
         server.state.averaged = {k: v.detach().clone() for k, v in server.model.state_dict().items()}
         if round_index == 1 and p.skip_first_distill:
-            return
+            return metrics
         samples = samples if samples is not None else self.distillation_set(round_index, generator)
         logits, domain = self.teacher_outputs(updates, samples)
         alpha = (correlation_weights if p.correlation == "discriminator" else uniform_weights)(domain)
-        self.round_metrics["alpha_entropy"] = float(weight_entropy(alpha))
-        self.round_metrics["alpha_max"] = float(alpha.max(0).values.mean())
+        metrics["alpha_entropy"] = float(weight_entropy(alpha))
+        metrics["alpha_max"] = float(alpha.max(0).values.mean())
         teacher = ensemble_teacher(logits, alpha, p.temperature, p.teacher)
-        self.round_metrics["kd_loss"] = self.distil(round_index, server.model, samples, teacher)
+        metrics["kd_loss"] = self.distil(round_index, server.model, samples, teacher)
         if p.student_bn_stats == "averaged":  # ŵ's running statistics back; the distilled parameters stay
             averaged = server.state.averaged
             load_state(server.model, {name: averaged[name] for name, _ in server.model.named_buffers()}, strict=False)
+        return metrics
 
     def distillation_set(self, round_index: int, generator: nn.Module) -> torch.Tensor:
         """D̂^g: ``distill_batches`` batches of generated samples, fresh noise every round, G in train mode (A11)."""
@@ -480,7 +553,7 @@ class DaFKD(ParameterAveraging[DaFKDClient, DaFKDServer]):
             return torch.cat([self.sample(generator, size, rng) for _ in range(p.distill_batches)])
 
     @torch.no_grad()
-    def teacher_outputs(self, updates: list[DomainUpdate], samples: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def teacher_outputs(self, updates: list[Update[DomainUpload]], samples: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Each upload's classifier logits (clients × samples × classes) and discriminator logits (clients ×
         samples) on D̂^g, computed once per round; the clients' models in eval mode, or with batch statistics
         (``server_bn: train``), per distillation batch."""
@@ -496,15 +569,16 @@ class DaFKD(ParameterAveraging[DaFKDClient, DaFKDServer]):
                 client_logits.append(out)
                 if needs_domain:
                     client_domain.append(
-                        self._run(self._discriminator_template, update.discriminator, batch)[1].squeeze(1)
-                        if update.discriminator is not None
+                        self._run(self._discriminator_template, update.payload.discriminator, batch)[1].squeeze(1)
+                        if update.payload.discriminator is not None
                         else functional_call(self._teacher_template.discriminator, head, (features,)).squeeze(1))
             logits.append(torch.cat(client_logits))
             domain.append(torch.cat(client_domain) if needs_domain else torch.zeros(len(samples), device=samples.device))
         return torch.stack(logits), torch.stack(domain)
 
-    def _run(self, template: nn.Module, state: dict[str, torch.Tensor], x: torch.Tensor) -> Any:
-        """``template`` with the parameters and buffers of ``state`` on x: in eval mode, or (``server_bn:
+    def _run(self, template: nn.Module, state: dict[str, torch.Tensor],
+             x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``template``'s (features, logits) with the parameters and buffers of ``state`` on x: in eval mode, or (``server_bn:
         train``) with batch statistics and copies of the running buffers, so that no upload changes."""
         if self.params.server_bn == "eval":
             template.eval()
@@ -560,24 +634,20 @@ class DaFKD(ParameterAveraging[DaFKDClient, DaFKDServer]):
                               self.params.teacher)
 
 
-def batches_per_epoch(n: int, batch_size: int, drop_last: bool) -> int:
-    """Mini-batches in one pass over n samples (as :func:`~bench.engine.streams.epoch_batches` cuts them)."""
-    size = min(batch_size, n)
-    return n // size if drop_last else -(-n // size)
+def local_epochs(batches: Iterator[tuple[torch.Tensor, torch.Tensor]],
+                 per_epoch: int) -> list[list[tuple[torch.Tensor, torch.Tensor]]]:
+    """A client's batch stream cut into local epochs of ``per_epoch`` batches (the last may be shorter when the
+    budget is in steps)."""
+    stream = list(batches)
+    return [stream[i:i + per_epoch] for i in range(0, len(stream), per_epoch)]
 
 
-class _Plateau:
-    """The code's client scheduler (§1.6): ReduceLROnPlateau(factor 0.2, patience 2) on the client's
-    optimiser, stepped after each local epoch's last steps on the running mean over epochs of each epoch's
-    last-batch cross-entropy (the code resets its batch list every batch)."""
-
-    def __init__(self, optimizer: torch.optim.Optimizer) -> None:
-        self.scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau(optimizer, factor=0.2, patience=2)
-        self.epoch_losses: list[float] = []
-        self.last_batch: tuple[torch.Tensor, torch.Tensor] | None = None  # (logits, labels) of the latest batch
-
-    def epoch_end(self, index: int, per_epoch: int) -> None:
-        """Called before batch ``index``: when it starts an epoch, step on the epoch that ended."""
-        if index and index % per_epoch == 0 and self.last_batch is not None:
-            self.epoch_losses.append(float(F.cross_entropy(*self.last_batch)))
-            self.scheduler.step(sum(self.epoch_losses) / len(self.epoch_losses))
+def client_diagnostics(updates: list[Update[DomainUpload]], order: list[int]) -> Metrics:
+    """The clients' mean discriminator outputs and generator loss (over the clients whose generator stepped), the
+    clients taken in the given ``order`` (the order they trained; empty: the updates' order)."""
+    rank = {cid: i for i, cid in enumerate(order)}
+    ordered = sorted(updates, key=lambda u: rank[u.cid]) if order else updates
+    g_losses = [u.payload.g_loss for u in ordered if not math.isnan(u.payload.g_loss)]
+    metrics = {"d_real": sum(u.payload.d_real for u in ordered) / len(ordered),
+               "d_fake": sum(u.payload.d_fake for u in ordered) / len(ordered)}
+    return {**metrics, "g_loss": sum(g_losses) / len(g_losses)} if g_losses else metrics

@@ -1,5 +1,5 @@
 """FCCL — Huang, Ye, Du, "Learn from others and be yourself in heterogeneous federated learning",
-CVPR 2022, as the FedAL paper compares with it (specs/fedal.md §3.2.4; the official code
+CVPR 2022, as the FedAL paper compares with it (pipelines/fedal/NOTES.md §3.2.4; the official code
 WenkeHuang/FCCL, ``fccl+/models/fccl.py`` and ``utils/training.py``, read for the details).
 
 * **Intra-domain pre-training** (once, at a client's first round): the client's model trains on its
@@ -38,10 +38,11 @@ from pydantic import Field
 from torch import nn
 
 from bench.algorithms import register_algorithm
-from bench.algorithms.fedal import lf_loss
-from bench.algorithms.knowledge_transfer import (KnowledgeTransfer, PublicOutputs, Served, TransferParams,
-                                                 stacked_logits)
+from bench.algorithms.knowledge_transfer import (KnowledgeTransfer, LogitsUpload, PublicOutputs, ReplyT,
+                                                 TransferParams, UploadT, logits_upload, stacked_logits)
+from bench.engine.distillation import kd_loss
 from bench.engine.loop import Loop, Step
+from bench.engine.protocol import Metrics
 from bench.engine.snapshots import refresh_snapshot
 from bench.engine.state import Client, NoState, Server
 from bench.engine.streams import epoch_batches
@@ -99,26 +100,49 @@ class FCCLClient(NoState):
     inter: nn.Module | None = None
 
 
-@dataclass
+@dataclass(frozen=True)
 class MeanLogits:
     """The mean over all clients of their logits on the public batch (B × K)."""
 
     logits: torch.Tensor
 
 
-@register_algorithm("fccl")
-class FCCL(KnowledgeTransfer[FCCLClient, NoState]):
-    Params = FCCLParams
-    params: FCCLParams
+class Collaborative(KnowledgeTransfer[FCCLClient, NoState, UploadT, ReplyT]):
+    """What FCCL and FCCL+ share: the public stage first, each client's loop for it (:meth:`start_public`), and
+    θ^inter refreshed after each local update; a client's first round starts with :meth:`start`."""
+
+    Params = CollaborativeParams
+    params: CollaborativeParams
     ClientState = FCCLClient
     public_first = True
 
-    # -- pre-training ---------------------------------------------------------------------------
+    def start(self, round_index: int, client: Client[FCCLClient]) -> None:
+        """The client's first round: its frozen teachers."""
+        raise NotImplementedError
 
-    def prepare(self, round_index: int, server: Server[NoState], clients: list[Client[FCCLClient]]) -> None:
-        for client in clients:
-            if client.state.inter is None:
-                self.start(round_index, client)
+    def start_public(self, round_index: int, client: Client[FCCLClient]) -> Loop:
+        """:meth:`start` at the client's first round; then its loop for the public steps: a fresh Adam per step
+        (official) or its own optimiser."""
+        if client.state.inter is None:
+            self.start(round_index, client)
+        if self.params.public_optimizer == "client":
+            return super().start_public(round_index, client)
+        client.model.train()
+        return Loop(FreshAdam(client.model.parameters(), lr=self.params.public_lr), list(client.model.parameters()),
+                    round_index, client.cid, guard=self.ctx.loss_guard)
+
+    def after_local(self, round_index: int, client: Client[FCCLClient]) -> None:
+        client.state.inter = refresh_snapshot(client.state.inter, client.model, self.params.teacher_mode)  # copy_nets2_prevnets
+
+
+@register_algorithm("fccl")
+class FCCL(Collaborative[LogitsUpload, MeanLogits]):
+    """Up: each client's logits on the public batch; down: their mean over all clients."""
+
+    Params = FCCLParams
+    params: FCCLParams
+
+    # -- pre-training ---------------------------------------------------------------------------
 
     def start(self, round_index: int, client: Client[FCCLClient]) -> None:
         """The client's first round: pre-train its model (θ^intra) and take θ^inter from it."""
@@ -149,20 +173,15 @@ class FCCL(KnowledgeTransfer[FCCLClient, NoState]):
 
     # -- collaborative update (public data) -----------------------------------------------------
 
-    def public_loop(self, client: Client[FCCLClient], round_index: int) -> Loop:
-        if self.params.public_optimizer == "client":
-            return super().public_loop(client, round_index)
-        client.model.train()
-        return Loop(FreshAdam(client.model.parameters(), lr=self.params.public_lr), list(client.model.parameters()),
-                    round_index, client.cid, guard=self.ctx.loss_guard)
+    def upload(self, client: Client[FCCLClient], outputs: PublicOutputs) -> LogitsUpload:
+        return logits_upload(outputs)
 
-    def serve(self, round_index: int, server: Server[NoState], clients: list[Client[FCCLClient]], x: torch.Tensor,
-              uploads: list[object]) -> Served:
-        return [MeanLogits(stacked_logits(uploads).mean(0))] * len(clients), {}
+    def serve(self, round_index: int, server: Server[NoState], cids: list[int], x: torch.Tensor,
+              uploads: list[LogitsUpload]) -> tuple[list[MeanLogits], Metrics]:
+        return [MeanLogits(stacked_logits(uploads).mean(0))] * len(cids), {}
 
     def transfer_loss(self, step: Step, client: Client[FCCLClient], x: torch.Tensor, outputs: PublicOutputs,
-                      reply: object) -> torch.Tensor:
-        assert isinstance(reply, MeanLogits)
+                      reply: MeanLogits) -> torch.Tensor:
         return cross_correlation_loss(outputs.logits, reply.logits, self.params.off_diagonal_weight)
 
     # -- local update ---------------------------------------------------------------------------
@@ -172,8 +191,4 @@ class FCCL(KnowledgeTransfer[FCCLClient, NoState]):
         _, logits = client.model(x)
         with torch.no_grad():
             inter, intra = client.state.inter(x)[1], client.state.intra(x)[1]
-        return F.cross_entropy(logits, y) + lf_loss(inter, logits, 1.0) + lf_loss(intra, logits, 1.0)
-
-    def after_local(self, round_index: int, clients: list[Client[FCCLClient]]) -> None:
-        for c in clients:  # copy_nets2_prevnets
-            c.state.inter = refresh_snapshot(c.state.inter, c.model, self.params.teacher_mode)
+        return F.cross_entropy(logits, y) + kd_loss(logits, inter, 1.0) + kd_loss(logits, intra, 1.0)

@@ -1,5 +1,5 @@
 """FCCL+ — Huang, Ye, Shi, Du, "Generalizable heterogeneous federated cross-correlation and instance
-similarity learning", IEEE TPAMI 2023, as the FedAL paper compares with it (specs/fedal.md §3.2.5; the
+similarity learning", IEEE TPAMI 2023, as the FedAL paper compares with it (pipelines/fedal/NOTES.md §3.2.5; the
 official code WenkeHuang/FCCL, ``fccl+/models/fcclplus.py``, read for the details).
 
 No pre-training. Each round, public first (as FCCL, :mod:`bench.algorithms.fccl`):
@@ -26,9 +26,11 @@ import torch.nn.functional as F
 from pydantic import Field
 
 from bench.algorithms import register_algorithm
-from bench.algorithms.fccl import FCCL, CollaborativeParams, FCCLClient, cross_correlation_loss
-from bench.algorithms.knowledge_transfer import PublicOutputs, Served
+from bench.algorithms.fccl import Collaborative, CollaborativeParams, FCCLClient, cross_correlation_loss
+from bench.algorithms.knowledge_transfer import PublicOutputs
+from bench.engine.distillation import kd_loss
 from bench.engine.loop import Step
+from bench.engine.protocol import Metrics
 from bench.engine.snapshots import refresh_snapshot
 from bench.engine.state import Client, NoState, Server
 
@@ -58,7 +60,7 @@ def non_target_kd(logits: torch.Tensor, teacher_logits: torch.Tensor, labels: to
     return temperature ** 2 * F.kl_div(torch.log(student), teacher, reduction="batchmean")
 
 
-@dataclass
+@dataclass(frozen=True)
 class LogitsAndSimilarity:
     """FCCL+'s upstream message: logits (B × K) and instance-similarity logits (B × (B − 1))."""
 
@@ -67,29 +69,30 @@ class LogitsAndSimilarity:
 
 
 @register_algorithm("fcclplus")
-class FCCLPlus(FCCL):
+class FCCLPlus(Collaborative[LogitsAndSimilarity, LogitsAndSimilarity]):
+    """Up: each client's logits and similarity logits on the public batch; down: both means over all clients."""
+
     Params = FCCLPlusParams
-    params: FCCLPlusParams  # type: ignore[assignment]
+    params: FCCLPlusParams
 
     def start(self, round_index: int, client: Client[FCCLClient]) -> None:
         """No pre-training: θ^inter starts as the client's initial model."""
         client.state.inter = refresh_snapshot(None, client.model, self.params.teacher_mode)
 
-    def upload(self, client: Client[FCCLClient], outputs: PublicOutputs) -> object:
+    def upload(self, client: Client[FCCLClient], outputs: PublicOutputs) -> LogitsAndSimilarity:
         return LogitsAndSimilarity(outputs.logits.detach(), similarity_logits(outputs.features, self.params.temp).detach())
 
-    def serve(self, round_index: int, server: Server[NoState], clients: list[Client[FCCLClient]], x: torch.Tensor,
-              uploads: list[object]) -> Served:
-        mean = LogitsAndSimilarity(torch.stack([u.logits for u in uploads]).mean(0),  # type: ignore[attr-defined]
-                                   torch.stack([u.similarity for u in uploads]).mean(0))  # type: ignore[attr-defined]
-        return [mean] * len(clients), {}
+    def serve(self, round_index: int, server: Server[NoState], cids: list[int], x: torch.Tensor,
+              uploads: list[LogitsAndSimilarity]) -> tuple[list[LogitsAndSimilarity], Metrics]:
+        mean = LogitsAndSimilarity(torch.stack([u.logits for u in uploads]).mean(0),
+                                   torch.stack([u.similarity for u in uploads]).mean(0))
+        return [mean] * len(cids), {}
 
     def transfer_loss(self, step: Step, client: Client[FCCLClient], x: torch.Tensor, outputs: PublicOutputs,
-                      reply: object) -> torch.Tensor:
-        assert isinstance(reply, LogitsAndSimilarity)
+                      reply: LogitsAndSimilarity) -> torch.Tensor:
         p = self.params
         similarity = similarity_logits(outputs.features, p.temp)
-        distill = F.kl_div(F.log_softmax(similarity, dim=1), F.softmax(reply.similarity, dim=1), reduction="batchmean")
+        distill = kd_loss(similarity, reply.similarity, 1.0)
         return cross_correlation_loss(outputs.logits, reply.logits, p.off_diagonal_weight) + p.dis_power * distill
 
     def local_loss(self, step: Step, client: Client[FCCLClient], x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:

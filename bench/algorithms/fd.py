@@ -1,6 +1,6 @@
 """FD — Jeong, Oh, Kim, Park, Bennis, Kim, "Communication-efficient on-device machine learning: federated
 distillation and augmentation under non-IID private data", NeurIPS 2018 MLPCD workshop, as the FedAL
-paper compares with it in Tables VI-VII (specs/fedal.md §3.2.6; the FedAL authors could not reproduce
+paper compares with it in Tables VI-VII (pipelines/fedal/NOTES.md §3.2.6; the FedAL authors could not reproduce
 it and report 0.12-0.17: their rows are a failed reproduction, not a target).
 
 No public data, no model exchange. During its local training each client accumulates, per label k,
@@ -28,7 +28,8 @@ from pydantic import Field
 from bench.algorithms import register_algorithm
 from bench.algorithms.base import Algorithm, AlgorithmParams
 from bench.engine.loop import Step
-from bench.engine.state import Client, NoState, Server, Update
+from bench.engine.protocol import Metrics
+from bench.engine.state import Client, NoState, Server
 
 
 class FDParams(AlgorithmParams):
@@ -85,9 +86,11 @@ class FDServer(NoState):
 
 
 @dataclass
-class LabelLogitsUpdate(Update):
-    means: torch.Tensor  # F_{n,k}: K × K
-    counts: torch.Tensor  # samples of each label this round
+class LabelLogits:
+    """What a client uploads: its per-label mean logits F_{n,k} (K × K) and its samples of each label this round."""
+
+    means: torch.Tensor
+    counts: torch.Tensor
 
 
 @dataclass
@@ -99,28 +102,27 @@ class LabelTargets:
 
 
 @register_algorithm("fd")
-class FD(Algorithm[FDClient, FDServer]):
+class FD(Algorithm[FDClient, FDServer, LabelTargets, LabelLogits]):
     Params = FDParams
     params: FDParams
     ClientState = FDClient
     ServerState = FDServer
     has_global_model = False
 
-    def broadcast(self, server: Server[FDServer], client: Client[FDClient]) -> None:
-        client.state.global_means, client.state.holders = server.state.global_means, server.state.holders
-
-    def broadcast_payload(self, server: Server[FDServer], client: Client[FDClient]) -> object:
+    def broadcast(self, round_index: int, server: Server[FDServer], cid: int) -> LabelTargets:
         return LabelTargets(server.state.global_means, server.state.holders)
 
-    def local_update(self, round_index: int, server: Server[FDServer],
-                     client: Client[FDClient]) -> tuple[LabelLogitsUpdate, float]:
+    def receive_broadcast(self, client: Client[FDClient], message: LabelTargets) -> None:
+        client.state.global_means, client.state.holders = message.global_means, message.holders
+
+    def local_update(self, round_index: int, client: Client[FDClient]) -> tuple[LabelLogits, float]:
         k = self.ctx.num_classes
         state = client.state
         state.sums = torch.zeros(k, k, device=self.ctx.device)
         state.counts = torch.zeros(k, device=self.ctx.device)
         loss = self.ctx.local_train(client, round_index, self.local_loss)
         means = state.sums / state.counts.clamp(min=1).unsqueeze(1)
-        update = LabelLogitsUpdate(client.cid, client.data.num_samples, {}, means, state.counts)
+        update = LabelLogits(means, state.counts)
         state.own, state.own_counts, state.sums, state.counts = means, update.counts, None, None
         return update, loss
 
@@ -137,9 +139,10 @@ class FD(Algorithm[FDClient, FDServer]):
                                          self.params.teacher)
         return loss + self.params.beta * distillation_term(logits, y, targets, valid, self.params.temperature)
 
-    def aggregate(self, round_index: int, server: Server[FDServer], updates: list[LabelLogitsUpdate]) -> None:  # type: ignore[override]
+    def aggregate(self, round_index: int, server: Server[FDServer], updates: list[LabelLogits]) -> Metrics:
         held = torch.stack([(u.counts > 0).to(u.means.dtype) for u in updates])  # clients x K
         sums = sum(h.unsqueeze(1) * u.means for h, u in zip(held, updates))
         holders = held.sum(0)
         server.state.global_means = sums / holders.clamp(min=1).unsqueeze(1)  # type: ignore[operator]
         server.state.holders = holders
+        return {}

@@ -1,5 +1,5 @@
 """FedAKD — Yu, Wang, Wang, Lin, Liu, Yee, Ma, "Towards Collaborative Fairness in Federated Learning Under
-Imbalanced Covariate Shift", KDD 2025 (specs/fedakd.md §1).
+Imbalanced Covariate Shift", KDD 2025 (pipelines/fedakd/NOTES.md §1).
 
 Federated *asynchronous* knowledge distillation. Each client k keeps a personal model w_k, never
 overwritten by the global model w_g. In round t, for every client (Algorithm 1, §1.3):
@@ -17,14 +17,8 @@ KD(student; teacher, S) = τ²·KL(softmax(z_t/τ) ‖ softmax(z_s/τ)), the bat
 ``training.optimizer``, Adam in the paper's suite, §0.3); the client's G→L optimiser is reset each round
 unless the config makes it persistent.
 
-``mode`` sets two switches (an explicitly given one wins):
-
-    switch   paper                         code (the released fedack.py, which made the tables, §1.4)
-    order    paper: G→L, select, L→G,      code: L→G on last round's I_k (round 1: all of D_k, teacher the
-             aggregate (Algorithm 1)       untrained w_k = w_g), aggregate, then G→L from the new w_g, select
-    data     train: D_k = the train split  train_and_test: D_k = train + local test split, so G→L and the
-                                           selection see the test data the global model is scored on
-                                           (§0.8, leakage); aggregation weights |D_k| count both
+``mode: code`` is the released fedack.py, which made the paper's tables (§1.4): its two switches, the round's
+``order`` and the ``data`` D_k, are declared on :class:`FedAKDParams`.
 
 The ablations of Table 4 (§1.7) are switches of the same method: ``selection: all`` (All-Data: L→G over
 all of D_k), ``global_to_local: false`` (Single-Dist: no G→L; w_k ← w_g each round, so I_k is selected
@@ -37,8 +31,10 @@ round (``selected_share``).
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, Literal
+from functools import cached_property
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
@@ -47,39 +43,38 @@ from torch import nn
 
 from bench.algorithms import register_algorithm
 from bench.algorithms.base import Algorithm
-from bench.algorithms.modes import ModeParams
-from bench.engine.aggregate import copy_state, load_state, weighted_average
+from bench.algorithms.readings import ModeParams, reading
+from bench.engine.aggregate import load_state, weighted_average
 from bench.engine.chunks import chunk_size
+from bench.engine.distillation import kd_loss
+from bench.engine.evaluation import eval_mode
 from bench.engine.loop import Loop, Step
+from bench.engine.messages import ModelBroadcast
+from bench.engine.protocol import Exchange, Metrics, Phase, no_metrics
 from bench.engine.state import Client, NoState, Server
 
 
 class FedAKDParams(ModeParams):
-    MODE_DEFAULTS: ClassVar[dict[str, dict[str, Any]]] = {
-        "paper": {"order": "paper", "data": "train"},  # Algorithm 1 (§1.3)
-        "code": {"order": "code", "data": "train_and_test"},  # the released fedack.py (§1.4)
-    }
+    """FedAKD's hyperparameters (Table 6), the ablations of Table 4, and the paper's and the code's readings."""
+
     alpha: float = Field(1.0, ge=0, description="α, weight of KD in global→local distillation (Eq. 2)")
     beta: float = Field(1.0, ge=0, description="β, weight of KD in local→global distillation (Eq. 5)")
     temperature: float = Field(1.0, gt=0, description="τ of the KD softmaxes (Table 6 T)")
-    order: Literal["paper", "code"] = "paper"
-    data: Literal["train", "train_and_test"] = "train"
+    order: Literal["paper", "code"] = reading(
+        "paper", "code", "the round: G→L, select, L→G, aggregate (Algorithm 1); or L→G on last round's I_k (round 1: "
+        "all of D_k, teacher the untrained w_k = w_g), aggregate, then G→L from the new w_g and select (§1.4)")
+    data: Literal["train", "train_and_test"] = reading(
+        "train", "train_and_test", "D_k: the train split; or train + local test split, so G→L and the selection see "
+        "the test data the global model is scored on (§0.8, leakage), and the weights |D_k| count both")
     selection: Literal["correct", "all"] = Field("correct", description="L→G data: I_k, or all of D_k (All-Data)")
     global_to_local: bool = Field(True, description="Step 1; false: w_k ← w_g instead (Single-Dist)")
     weighting: Literal["data", "correct"] = Field("data", description="aggregation weights |D_k|, or |I_k| "
                                                                        "(Correct-Agg.)")
 
 
-def kd_loss(student_logits: torch.Tensor, teacher_logits: torch.Tensor, temperature: float) -> torch.Tensor:
-    """τ²·(1/B)Σ_i KL(softmax(z_t,i/τ) ‖ softmax(z_s,i/τ)) (§1.2 [C]); the teacher is a constant."""
-    return F.kl_div(F.log_softmax(student_logits / temperature, dim=1),
-                    F.softmax(teacher_logits.detach() / temperature, dim=1),
-                    reduction="batchmean") * temperature ** 2
-
-
 def distillation_objective(student_logits: torch.Tensor, teacher_logits: torch.Tensor, y: torch.Tensor,
                            weight: float, temperature: float) -> torch.Tensor:
-    """CE(student; y) + weight·KD(student; teacher): Eq. 2 (local student, global teacher, weight α) and
+    """CE(student; y) + weight·KD(student; teacher), KD the engine's τ²·KL (§1.2 [C]): Eq. 2 (local student, global teacher, weight α) and
     Eq. 5 (global student, local teacher, weight β)."""
     loss = F.cross_entropy(student_logits, y)
     return loss + weight * kd_loss(student_logits, teacher_logits, temperature) if weight else loss
@@ -88,11 +83,9 @@ def distillation_objective(student_logits: torch.Tensor, teacher_logits: torch.T
 @torch.no_grad()
 def correctly_predicted(model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch_size: int) -> torch.Tensor:
     """The indices i with argmax f(x_i; w) = y_i (Step 2, §0.1), the model in eval mode, in index order."""
-    was_training = model.training
-    model.eval()
-    size = chunk_size(model, x, batch_size)
-    hits = [model(x[s:s + size])[1].argmax(1) == y[s:s + size] for s in range(0, len(y), size)]
-    model.train(was_training)
+    with eval_mode(model):
+        size = chunk_size(model, x, batch_size)
+        hits = [model(x[s:s + size])[1].argmax(1) == y[s:s + size] for s in range(0, len(y), size)]
     return torch.cat(hits).nonzero().flatten() if hits else torch.zeros(0, dtype=torch.long, device=y.device)
 
 
@@ -104,37 +97,48 @@ class FedAKDClient(NoState):
     selected: torch.Tensor | None = None
 
 
+@dataclass(frozen=True)
+class DistilledCopy:
+    """A client's upload: its copy w_{g,k} of the global model after local → global distillation, and its
+    aggregation weight (|D_k|, or |I_k| for Correct-Agg.)."""
+
+    state: dict[str, torch.Tensor]
+    weight: float
+
+
 @register_algorithm("fedakd")
-class FedAKD(Algorithm[FedAKDClient, NoState]):
+class FedAKD(Algorithm[FedAKDClient, NoState, ModelBroadcast[None], DistilledCopy]):
+    """Down: the global model (twice a round in the code's order: before L→G and after the aggregation, for G→L);
+    up: the distilled copy and its weight."""
+
     Params = FedAKDParams
     params: FedAKDParams
     ClientState = FedAKDClient
     resident_models = 3  # the personal model, the working copy of the global model and the frozen teacher
+    metrics_order = ("train_loss", "distill_loss")
 
-    def __init__(self, params: FedAKDParams, ctx: Any) -> None:
-        super().__init__(params, ctx)
-        self._student: nn.Module | None = None  # scratch w_{g,k}: overwritten from w_g before every use
-        self._pools: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+    @cached_property
+    def global_copy(self) -> nn.Module:
+        """A client's copy of the global model w_g (its teacher in G→L, its student w_{g,k} in L→G), loaded from the
+        received model before every use."""
+        return self.ctx.build_model("fedakd-student")
 
     # -- data ----------------------------------------------------------------------------------
 
-    def pool(self, client: Client) -> tuple[torch.Tensor, torch.Tensor]:
+    def pool(self, client: Client[FedAKDClient]) -> tuple[torch.Tensor, torch.Tensor]:
         """D_k: the train split, or (``data: train_and_test``, the released code) train + local test."""
-        if self.params.data == "train":
-            return client.data.x, client.data.y
-        if client.cid not in self._pools:
-            self._pools[client.cid] = client.data.with_test()
-        return self._pools[client.cid]
+        return (client.data.x, client.data.y) if self.params.data == "train" else client.data.with_test
 
     # -- the three client steps ----------------------------------------------------------------
 
-    def global_to_local(self, round_index: int, server: Server, client: Client[FedAKDClient]) -> float:
+    def global_to_local(self, round_index: int, client: Client[FedAKDClient], received: ModelBroadcast[None]) -> float:
         """Step 1 (Eq. 2): w_k learns from D_k and from the frozen global model; Single-Dist copies w_g instead."""
-        assert server.model is not None
         if not self.params.global_to_local:
-            copy_state(client.model, server.model)
+            load_state(client.model, received.state)
             return 0.0
-        teacher = server.model.eval()
+        teacher = self.global_copy
+        load_state(teacher, received.state)
+        teacher.eval()
         x, y = self.pool(client)
 
         def step(_: Step, batch: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
@@ -152,15 +156,12 @@ class FedAKD(Algorithm[FedAKDClient, NoState]):
         client.state.selected = (torch.arange(len(y), device=y.device) if self.params.selection == "all" else
                                  correctly_predicted(client.model, x, y, self.ctx.config.evaluation.batch_size))
 
-    def local_to_global(self, round_index: int, server: Server,
-                        client: Client[FedAKDClient]) -> tuple[dict[str, torch.Tensor], float]:
-        """Step 3 (Eq. 5): a copy of w_g learns from I_k and from the frozen local model; its state dict and
-        mean loss (an empty I_k takes no step: w_g itself, loss 0)."""
-        assert server.model is not None
-        if self._student is None:
-            self._student = self.ctx.build_model("fedakd-student")
-        student = self._student
-        copy_state(student, server.model)
+    def local_to_global(self, round_index: int, client: Client[FedAKDClient], received: ModelBroadcast[None],
+                        weight: float) -> tuple[DistilledCopy, float]:
+        """Step 3 (Eq. 5): a copy of w_g learns from I_k and from the frozen local model; the copy with the client's
+        ``weight``, and the mean loss (an empty I_k takes no step: w_g itself, loss 0)."""
+        student = self.global_copy
+        load_state(student, received.state)
         student.train()
         teacher = client.model.eval()
         x, y = self.pool(client)
@@ -178,9 +179,7 @@ class FedAKD(Algorithm[FedAKDClient, NoState]):
 
         loss = loop.run(self.ctx.batches(x[chosen], y[chosen], "l2g", client.cid, round_index), step) if len(chosen) else 0.0
         client.model.train()
-        return {k: v.clone() for k, v in student.state_dict().items()}, loss
-
-    # -- the round -------------------------------------------------------------------------------
+        return DistilledCopy({k: v.clone() for k, v in student.state_dict().items()}, weight), loss
 
     def weight(self, client: Client[FedAKDClient]) -> float:
         """|D_k| (Algorithm 1 line 26), or |I_k| for Correct-Agg."""
@@ -188,32 +187,48 @@ class FedAKD(Algorithm[FedAKDClient, NoState]):
             return float(len(client.state.selected))
         return float(len(self.pool(client)[1]))
 
-    def run_round(self, round_index: int, server: Server, clients: list[Client[FedAKDClient]]) -> dict[str, float]:
-        assert server.model is not None
-        g2l: list[float] = []
-        l2g: list[tuple[dict[str, torch.Tensor], float]] = []
-        if self.params.order == "paper":
-            for client in clients:
-                g2l.append(self.global_to_local(round_index, server, client))
-                self.select(client)
-                l2g.append(self.local_to_global(round_index, server, client))
-            self.aggregate_uploads(server, [state for state, _ in l2g], [self.weight(c) for c in clients])
-        else:  # the released code: L→G on last round's I_k, aggregate, then G→L from the new w_g and select
-            weights = [self.weight(c) for c in clients]
-            l2g = [self.local_to_global(round_index, server, client) for client in clients]
-            self.aggregate_uploads(server, [state for state, _ in l2g], weights)
-            for client in clients:
-                g2l.append(self.global_to_local(round_index, server, client))
-                self.select(client)
-        server.model.train()
-        return {"train_loss": sum(g2l) / len(g2l), "distill_loss": sum(loss for _, loss in l2g) / len(l2g)}
+    # -- the round -------------------------------------------------------------------------------
 
-    def aggregate_uploads(self, server: Server, uploads: list[dict[str, torch.Tensor]], weights: list[float]) -> None:
+    def phases(self, round_index: int) -> Sequence[Phase[FedAKDClient, NoState]]:
+        """Algorithm 1: one exchange (G→L, select, L→G; aggregate). The code's order: L→G on last round's I_k and
+        the aggregation, then a second exchange in which each client receives the new w_g for G→L and selects."""
+        if self.params.order == "paper":
+            return [Exchange(self.broadcast, self.client_update, self.aggregate)]
+        return [Exchange(self.broadcast, self.distil_to_global, self.aggregate),
+                Exchange(self.broadcast, self.distil_to_local, no_metrics)]
+
+    def broadcast(self, round_index: int, server: Server[NoState], cid: int) -> ModelBroadcast[None]:
+        assert server.model is not None
+        return ModelBroadcast(server.model.state_dict(), None)
+
+    def client_update(self, round_index: int, client: Client[FedAKDClient],
+                      received: ModelBroadcast[None]) -> tuple[DistilledCopy, Metrics]:
+        """Steps 1-3 in the paper's order; the weight once I_k is selected."""
+        g2l = self.global_to_local(round_index, client, received)
+        self.select(client)
+        upload, l2g = self.local_to_global(round_index, client, received, self.weight(client))
+        return upload, {"train_loss": g2l, "distill_loss": l2g}
+
+    def distil_to_global(self, round_index: int, client: Client[FedAKDClient],
+                         received: ModelBroadcast[None]) -> tuple[DistilledCopy, Metrics]:
+        """The code's first half: Step 3 on last round's I_k (all of D_k in round 1), weighted before it."""
+        upload, l2g = self.local_to_global(round_index, client, received, self.weight(client))
+        return upload, {"distill_loss": l2g}
+
+    def distil_to_local(self, round_index: int, client: Client[FedAKDClient], received: ModelBroadcast[None]) -> tuple[None, Metrics]:
+        """The code's second half: Steps 1 and 2 from the new w_g."""
+        g2l = self.global_to_local(round_index, client, received)
+        self.select(client)
+        return None, {"train_loss": g2l}
+
+    def aggregate(self, round_index: int, server: Server[NoState], updates: list[DistilledCopy]) -> Metrics:
         """Step 4: the weighted average of the uploaded global copies (all clients weigh 0: unchanged)."""
         assert server.model is not None
+        weights = [u.weight for u in updates]
         if sum(weights) > 0:
-            load_state(server.model, weighted_average(uploads, weights))
+            load_state(server.model, weighted_average([u.state for u in updates], weights))
+        return {}
 
-    def client_records(self, server: Server, clients: list[Client[FedAKDClient]]) -> dict[str, dict[int, float]]:
+    def client_records(self, server: Server[NoState], clients: list[Client[FedAKDClient]]) -> dict[str, dict[int, float]]:
         return {"selected_share": {c.cid: len(c.state.selected) / len(self.pool(c)[1])
                                    for c in clients if c.state.selected is not None}}

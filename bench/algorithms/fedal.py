@@ -1,5 +1,5 @@
 """FedAL — Han, Shi, Huang, "FedAL: Black-Box Federated Knowledge Distillation Enabled by Adversarial
-Learning", arXiv:2311.16584 (specs/fedal.md §2). The first runnable FedAL: the paper has no code.
+Learning", arXiv:2311.16584 (pipelines/fedal/NOTES.md §2). The first runnable FedAL: the paper has no code.
 
 Black-box clients (each its own architecture) alternate two stages of τ = 5 iterations per round
 (:mod:`bench.algorithms.knowledge_transfer`, Algorithm 1):
@@ -54,9 +54,12 @@ from torch import nn
 
 from bench.algorithms import register_algorithm
 from bench.algorithms.base import AlgorithmParams
-from bench.algorithms.knowledge_transfer import KnowledgeTransfer, PublicOutputs, Served, TransferParams, stacked_logits
+from bench.algorithms.knowledge_transfer import (KnowledgeTransfer, LogitsUpload, PublicOutputs, TransferParams,
+                                                 logits_upload, stacked_logits)
 from bench.engine.context import Context
+from bench.engine.distillation import soft_target_kl
 from bench.engine.loop import Loop, Step
+from bench.engine.protocol import Metrics
 from bench.engine.snapshots import refresh_snapshot
 from bench.engine.state import Client, NoState, Server
 from bench.models import build_model
@@ -95,15 +98,10 @@ class FedALParams(TransferParams, AdversarialParams, LessForgettingParams):
 # -- the loss terms (pure functions of tensors) -----------------------------------------------------
 
 
-def kd_loss(target: torch.Tensor, logits: torch.Tensor, temperature: float) -> torch.Tensor:
-    """𝒦(target ‖ ψ(logits, E)) = Σ_k target_k log(target_k / ψ_k), batch mean: the distillation KL with the
-    target (a probability vector per row) first (§1), no E² factor (E = 1 in the paper)."""
-    return F.kl_div(F.log_softmax(logits / temperature, dim=1), target, reduction="batchmean")
-
-
-def lf_loss(snapshot_logits: torch.Tensor, logits: torch.Tensor, temperature: float) -> torch.Tensor:
-    """r_loc or r_glo (eqs. 13-14): 𝒦(ψ(f_n(x; θ_frozen), E) ‖ ψ(f_n(x; θ), E)), batch mean."""
-    return kd_loss(F.softmax(snapshot_logits / temperature, dim=1), logits, temperature)
+def lf_loss(logits: torch.Tensor, snapshot_logits: torch.Tensor, temperature: float) -> torch.Tensor:
+    """r_loc or r_glo (eqs. 13-14): 𝒦(ψ(f_n(x; θ_frozen), E) ‖ ψ(f_n(x; θ), E)), batch mean, no E² factor (§1:
+    the paper's 𝒦 has none; E = 1 there)."""
+    return soft_target_kl(logits, F.softmax(snapshot_logits / temperature, dim=1), temperature)
 
 
 def teacher_distribution(mean: torch.Tensor, own: torch.Tensor, clients: int, teacher: Literal["others", "all"],
@@ -130,7 +128,7 @@ def local_objective(model: nn.Module, snapshot: nn.Module | None, x: torch.Tenso
     assert snapshot is not None
     with torch.no_grad():
         _, frozen = snapshot(x)
-    return loss + params.lf_local_weight * lf_loss(frozen, logits, params.lf_temperature)
+    return loss + params.lf_local_weight * lf_loss(logits, frozen, params.lf_temperature)
 
 
 def discriminator_loss(discriminator: nn.Module, logits: torch.Tensor, targets: torch.Tensor,
@@ -184,7 +182,7 @@ class DiscriminatorState(NoState):
     optimizer: torch.optim.Optimizer | None = None
 
 
-@dataclass
+@dataclass(frozen=True)
 class TeacherReply:
     """What the server sends client n: the mean over the round's ``clients`` clients (f̄, or of ψ(f_m, E_KD))
     and ∂U_n/∂f_n (None without the adversarial term)."""
@@ -223,7 +221,9 @@ def discriminator_round(state: DiscriminatorState, round_index: int, logits: tor
 
 
 @register_algorithm("fedal")
-class FedAL(KnowledgeTransfer[FedALClient, DiscriminatorState]):
+class FedAL(KnowledgeTransfer[FedALClient, DiscriminatorState, LogitsUpload, TeacherReply]):
+    """Up: each client's logits on the public batch; down: the mean and the client's ∂U_n/∂f_n."""
+
     Params = FedALParams
     params: FedALParams
     ClientState = FedALClient
@@ -237,47 +237,48 @@ class FedAL(KnowledgeTransfer[FedALClient, DiscriminatorState]):
 
     # -- local training -------------------------------------------------------------------------
 
-    def before_local(self, round_index: int, clients: list[Client[FedALClient]]) -> None:
+    def before_local(self, round_index: int, client: Client[FedALClient]) -> None:
         if uses_local_lf(self.params, round_index):  # θ_n^{t,0}
-            for c in clients:
-                c.state.snapshot = refresh_snapshot(c.state.snapshot, c.model, self.params.snapshot_mode)
+            client.state.snapshot = refresh_snapshot(client.state.snapshot, client.model, self.params.snapshot_mode)
 
     def local_loss(self, step: Step, client: Client[FedALClient], x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         return local_objective(client.model, client.state.snapshot, x, y, self.params, step.round)
 
     # -- global knowledge transfer --------------------------------------------------------------
 
-    def before_public(self, round_index: int, clients: list[Client[FedALClient]]) -> None:
+    def start_public(self, round_index: int, client: Client[FedALClient]) -> Loop:
         if self.params.lf_global_weight > 0:  # θ_n^{t+½,0}
-            for c in clients:
-                c.state.snapshot = refresh_snapshot(c.state.snapshot, c.model, self.params.snapshot_mode)
+            client.state.snapshot = refresh_snapshot(client.state.snapshot, client.model, self.params.snapshot_mode)
+        return super().start_public(round_index, client)
 
-    def serve(self, round_index: int, server: Server[DiscriminatorState], clients: list[Client[FedALClient]],
-              x: torch.Tensor, uploads: list[object]) -> Served:
+    def upload(self, client: Client[FedALClient], outputs: PublicOutputs) -> LogitsUpload:
+        return logits_upload(outputs)
+
+    def serve(self, round_index: int, server: Server[DiscriminatorState], cids: list[int], x: torch.Tensor,
+              uploads: list[LogitsUpload]) -> tuple[list[TeacherReply], Metrics]:
         p = self.params
         logits = stacked_logits(uploads)
         mean = (logits if p.teacher_average == "logits" else F.softmax(logits / p.kd_temperature, dim=2)).mean(0)
         state = server.state
         if state.discriminator is None:
-            return [TeacherReply(mean, None, len(clients)) for _ in clients], {}
-        targets = torch.tensor([c.cid for c in clients], device=logits.device)  # a client's class is its id
+            return [TeacherReply(mean, None, len(cids)) for _ in cids], {}
+        targets = torch.tensor(cids, device=logits.device)  # a client's class is its id
         gradients, values, disc_loss = discriminator_round(state, round_index, logits, targets, p.adv_temperature)
-        return ([TeacherReply(mean, g, len(clients)) for g in gradients],
+        return ([TeacherReply(mean, g, len(cids)) for g in gradients],
                 {"disc_loss": disc_loss, "adv_payoff": float(values.mean())})
 
     def transfer_loss(self, step: Step, client: Client[FedALClient], x: torch.Tensor, outputs: PublicOutputs,
-                      reply: object) -> torch.Tensor:
-        assert isinstance(reply, TeacherReply)
+                      reply: TeacherReply) -> torch.Tensor:
         p = self.params
         logits = outputs.logits
         own = logits.detach() if p.teacher_average == "logits" else F.softmax(logits.detach() / p.kd_temperature, 1)
         target = teacher_distribution(reply.mean, own, reply.clients, p.teacher, p.teacher_average, p.kd_temperature)
-        loss = p.kd_weight * kd_loss(target, logits, p.kd_temperature)
+        loss = p.kd_weight * soft_target_kl(logits, target, p.kd_temperature)
         if p.lf_global_weight > 0:
             assert client.state.snapshot is not None
             with torch.no_grad():
                 _, frozen = client.state.snapshot(x)
-            loss = loss + p.lf_global_weight * lf_loss(frozen, logits, p.lf_temperature)
+            loss = loss + p.lf_global_weight * lf_loss(logits, frozen, p.lf_temperature)
         if reply.adversarial is not None and p.adv_weight > 0:
             loss = loss + p.adv_weight * adversarial_term(logits, reply.adversarial)
         return loss

@@ -1,5 +1,5 @@
 """FedAlign — Mendieta, Yang, Wang, Lee, Ding, Chen, "Local learning matters: rethinking data
-heterogeneity in federated learning", CVPR 2022, as FedHKD compares it (specs/fedhkd.md §4 FedAlign,
+heterogeneity in federated learning", CVPR 2022, as FedHKD compares it (pipelines/fedhkd/NOTES.md §4 FedAlign,
 §5.5; the official FedAlign code).
 
 Per batch (:func:`fedalign_backward`):
@@ -34,9 +34,10 @@ from pydantic import Field
 from torch import nn
 
 from bench.algorithms import register_algorithm
-from bench.algorithms.base import AveragingParams, ParameterAveraging
+from bench.algorithms.base import AveragingParams, ModelAveraging
 from bench.engine.loop import Step
-from bench.engine.state import Client, Server, Update
+from bench.engine.messages import Update
+from bench.engine.state import Client, NoState, Server
 from bench.models.slimmable import BNStats, capture_block_io, final_block, slim_forward, sliced_channels
 
 
@@ -99,17 +100,17 @@ def fedalign_backward(model: nn.Module, block: nn.Module, x: torch.Tensor, y: to
 
 
 @register_algorithm("fedalign")
-class FedAlign(ParameterAveraging):
+class FedAlign(ModelAveraging[NoState, NoState]):
     Params = FedAlignParams
     params: FedAlignParams
 
-    def init_server(self) -> Server:
+    def init_server(self) -> Server[NoState]:
         server = super().init_server()
         assert server.model is not None
         final_block(server.model, self.ctx.config.model.name)  # fail before training if the model has none
         return server
 
-    def local_update(self, round_index: int, server: Server, client: Client) -> tuple[Update, float]:
+    def local_update(self, round_index: int, client: Client[NoState]) -> tuple[Update[None], float]:
         """The engine's client loop (seeded batches, optimiser, lr schedule) with FedAlign's two backward
         passes and its own clip per step."""
         block = final_block(client.model, self.ctx.architectures[client.cid])
@@ -119,4 +120,4 @@ class FedAlign(ParameterAveraging):
 
         loop = self.ctx.client_loop(client, round_index, grad_clip=self.params.grad_clip)
         loss = loop.run_gradients(self.ctx.client_batches(client, round_index), gradients)
-        return Update(client.cid, client.data.num_samples, client.model.state_dict()), loss
+        return self.update(client), loss

@@ -1,39 +1,41 @@
 """FedDC — Gao, Fu, Li, Chen, Xu, Xu, "FedDC: Federated Learning with Non-IID Data via Local Drift Decoupling
-and Correction", CVPR 2022 (specs/fedakd.md §4 FedDC).
+and Correction", CVPR 2022 (pipelines/fedakd/NOTES.md §4 FedDC).
 
 Each client keeps a local drift h_k (initially 0). Local objective, w the global parameters received:
 
     CE(θ) + (α/2)·‖θ + h_k − w‖² + ⟨θ, g − g_k⟩            (:func:`drift_penalty`, :func:`correction_term`)
 
-After local training h_k ← h_k + (θ − w) and the client uploads θ + h_k (BN buffers as trained); the server
-takes the unweighted mean. The gradient correction (third term) follows the official code
+The server broadcasts w and (with the correction) g. After local training h_k ← h_k + (θ − w) and the client
+uploads θ + h_k (BN buffers as trained) and how much g_k moved; the server takes the unweighted mean. The gradient correction (third term) follows the official code
 (gaoliang13/FedDC, ``state_gadient_diffs``): after training, g_k ← g_k − g − (θ − w)/(K·η) with K the local
 steps and η the learning rate, and the server's g moves by Σ_k (n_k/Σn)(g_k^new − g_k^old) [I: the code's
 per-client rescaling of α and g by n_k·K/Σn is left out, all clients weighed as equal].
 
-``mode``: ``paper`` has the correction; ``code`` (FedAKD's ``feddc.py``, §4 [C]) has none (``correction:
-false``). α = 1, h_k = 0 at the start [P Table 6]. FedAKD's script computes FedDC's CF against random
+``mode: code`` (FedAKD's ``feddc.py``, §4 [C]) has no correction (the switch of :class:`FedDCParams`). α = 1, h_k = 0 at the start [P Table 6]. FedAKD's script computes FedDC's CF against random
 numbers (§0.9); here CF is a statistic of the suite, computed the same way for every method.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal
+from typing import Literal
 
 import torch
 from pydantic import Field
 
 from bench.algorithms import register_algorithm
 from bench.algorithms.base import AveragingParams, ParameterAveraging
-from bench.algorithms.modes import ModeParams
+from bench.algorithms.readings import ModeParams, reading
 from bench.engine.loop import Step
-from bench.engine.state import Client, NoState, Server, Update
+from bench.engine.messages import ModelBroadcast, Update
+from bench.engine.protocol import Metrics
+from bench.engine.state import Client, NoState, Server
 
 
 class FedDCParams(ModeParams, AveragingParams):
-    MODE_DEFAULTS: ClassVar[dict[str, dict[str, Any]]] = {"code": {"correction": False}}
+    """FedDC's hyperparameters (Table 6) and its reading of the code."""
+
     alpha: float = Field(1.0, ge=0, description="α of the drift penalty")
-    correction: bool = Field(True, description="the gradient-correction term ⟨θ, g − g_k⟩ (code: false)")
+    correction: bool = reading(True, False, "the gradient-correction term ⟨θ, g − g_k⟩; or none")
     weighting: Literal["samples", "uniform"] = "uniform"
 
 
@@ -48,13 +50,6 @@ class FedDCClient(NoState):
 @dataclass
 class FedDCServer(NoState):
     correction: list[torch.Tensor] = field(default_factory=list)  # g, per parameter
-
-
-@dataclass
-class DriftUpdate(Update):
-    """θ + h_k as the model, and how much g_k moved this round."""
-
-    correction_change: list[torch.Tensor]
 
 
 def drift_penalty(params: list[torch.Tensor], drift: list[torch.Tensor], global_params: list[torch.Tensor]) -> torch.Tensor:
@@ -74,7 +69,9 @@ def corrected_state(own: list[torch.Tensor], server: list[torch.Tensor], delta: 
 
 
 @register_algorithm("feddc")
-class FedDC(ParameterAveraging[FedDCClient, FedDCServer]):
+class FedDC(ParameterAveraging[FedDCClient, FedDCServer, list[torch.Tensor], list[torch.Tensor]]):
+    """The broadcast's payload is the server's correction g (empty without the correction term); the update's
+    model is θ + h_k and its payload how much g_k moved (empty without it), both built by :meth:`local_update`."""
     Params = FedDCParams
     params: FedDCParams
     ClientState = FedDCClient
@@ -85,11 +82,14 @@ class FedDC(ParameterAveraging[FedDCClient, FedDCServer]):
         assert model is not None
         return FedDCServer([torch.zeros_like(p.detach()) for p in model.parameters()])
 
-    def broadcast(self, server: Server[FedDCServer], client: Client[FedDCClient]) -> None:
-        super().broadcast(server, client)
+    def broadcast_payload(self, round_index: int, server: Server[FedDCServer], cid: int) -> list[torch.Tensor]:
+        return server.state.correction if self.params.correction else []
+
+    def receive_broadcast(self, client: Client[FedDCClient], message: ModelBroadcast[list[torch.Tensor]]) -> None:
+        super().receive_broadcast(client, message)
         state = client.state
         state.global_params = [p.detach().clone() for p in client.model.parameters()]
-        state.server_correction = server.state.correction
+        state.server_correction = message.payload
         if not state.drift:
             state.drift = [torch.zeros_like(w) for w in state.global_params]
             state.correction = [torch.zeros_like(w) for w in state.global_params]
@@ -103,8 +103,7 @@ class FedDC(ParameterAveraging[FedDCClient, FedDCServer]):
             loss = loss + correction_term(params, state.server_correction, state.correction)
         return loss
 
-    def local_update(self, round_index: int, server: Server[FedDCServer],
-                     client: Client[FedDCClient]) -> tuple[DriftUpdate, float]:
+    def local_update(self, round_index: int, client: Client[FedDCClient]) -> tuple[Update[list[torch.Tensor]], float]:
         steps = sum(1 for _ in self.ctx.batch_indices(client.data.num_samples, client.cid, round_index))
         loss = self.ctx.local_train(client, round_index, self.local_loss)
         state = client.state
@@ -119,14 +118,15 @@ class FedDC(ParameterAveraging[FedDCClient, FedDCServer]):
             upload = dict(client.model.state_dict())
             for (name, p), h in zip(client.model.named_parameters(), state.drift):
                 upload[name] = p.detach() + h
-        return DriftUpdate(client.cid, client.data.num_samples, upload, change), loss
+        return Update(client.cid, client.data.num_samples, upload, change), loss
 
-    def aggregate(self, round_index: int, server: Server[FedDCServer], updates: list[DriftUpdate]) -> None:  # type: ignore[override]
+    def aggregate(self, round_index: int, server: Server[FedDCServer], updates: list[Update[list[torch.Tensor]]]) -> Metrics:
         """The mean of θ_k + h_k; g moves by Σ_k (n_k/Σn)·(g_k^new − g_k^old)."""
         super().aggregate(round_index, server, updates)
         if not self.params.correction:
-            return
+            return {}
         total = float(sum(u.num_samples for u in updates))
         for u in updates:
-            for g, change in zip(server.state.correction, u.correction_change):
+            for g, change in zip(server.state.correction, u.payload):
                 g.add_(change, alpha=u.num_samples / total)
+        return {}

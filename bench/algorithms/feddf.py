@@ -1,8 +1,8 @@
 """FedDF — Lin, Kong, Stich, Jaggi, "Ensemble distillation for robust model fusion in federated
 learning", NeurIPS 2020: FedAvg within each architecture group, then ensemble distillation of the
 round's received client models into each group's server model on unlabelled proxy data (AVGLOGITS).
-As FedAL runs it in its shareable-model setting (specs/fedal.md §3.2.8, Fig. 10) and as DaFKD runs it
-("FEDDFUSION", specs/dafkd.md §2.3).
+As FedAL runs it in its shareable-model setting (pipelines/fedal/NOTES.md §3.2.8, Fig. 10) and as DaFKD runs it
+("FEDDFUSION", pipelines/dafkd/NOTES.md §2.3).
 
 The server holds one model θ_g per architecture group g (clients with the same architecture; a
 homogeneous federation is one group, whose model is the global model). Per round:
@@ -21,7 +21,8 @@ homogeneous federation is one group, whose model is the global model). Per round
    each round; groups that received no model this round are left as they are;
 4. θ_g ← the student. Every client of group g holds θ_g from its next broadcast on: the client model
    evaluated is its group's model once the client has taken part (FedAL: "every client in group g
-   holds θ_g"; before that, its initial copy of θ_g).
+   holds θ_g"; before that, its initial copy of θ_g). A client receives its group's θ_g and sends its trained
+   model, as in FedAvg.
 
 At T = 1 the loss is FedAL's E = 1 distillation KL. With one architecture FedDF is FedAvg plus server
 ensemble distillation (with ``distill_steps: 0``, FedAvg exactly). FedDF's original early stopping on a
@@ -34,16 +35,19 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 import torch
-import torch.nn.functional as F
 from pydantic import Field
 from torch import nn
 from torch.func import functional_call
 
 from bench.algorithms import register_algorithm
-from bench.algorithms.base import AveragingParams, ParameterAveraging
+from bench.algorithms.base import AveragingParams, ModelAveraging
 from bench.engine.aggregate import copy_state, load_state, weighted_average
+from bench.engine.distillation import kd_loss
+from bench.engine.evaluation import eval_mode
 from bench.engine.loop import Loop
-from bench.engine.state import Client, NoState, Server, Update
+from bench.engine.messages import ModelBroadcast, Update
+from bench.engine.protocol import Metrics
+from bench.engine.state import Client, NoState, Server
 from bench.errors import BenchError
 
 
@@ -56,13 +60,6 @@ class FedDFParams(AveragingParams):
     distill_optimizer: Literal["adam", "sgd"] = Field("adam", description="fresh each round (FedDF: Adam)")
 
 
-def distillation_loss(teacher_logits: torch.Tensor, student_logits: torch.Tensor, temperature: float) -> torch.Tensor:
-    """T²·𝒦(ψ(teacher/T) ‖ ψ(student/T)), batch mean (AVGLOGITS: ``teacher_logits`` is the mean logits)."""
-    target = F.softmax(teacher_logits / temperature, dim=1)
-    return temperature ** 2 * F.kl_div(F.log_softmax(student_logits / temperature, dim=1), target,
-                                       reduction="batchmean")
-
-
 @dataclass
 class GroupModels(NoState):
     """The server's model of each architecture group (architecture name -> model)."""
@@ -72,13 +69,13 @@ class GroupModels(NoState):
 
 @dataclass
 class GroupMember(NoState):
-    """The group model a client holds once it has taken part (a reference to the server's θ_g)."""
+    """Whether the client has taken part (from then on it holds its group's θ_g)."""
 
-    group: nn.Module | None = None
+    joined: bool = False
 
 
 @register_algorithm("feddf")
-class FedDF(ParameterAveraging[GroupMember, GroupModels]):
+class FedDF(ModelAveraging[GroupMember, GroupModels]):
     Params = FedDFParams
     params: FedDFParams
     ClientState = GroupMember
@@ -101,23 +98,23 @@ class FedDF(ParameterAveraging[GroupMember, GroupModels]):
         copy_state(model, self.group_model(server, cid))
         return model
 
-    def broadcast(self, server: Server[GroupModels], client: Client[GroupMember]) -> None:
-        group = self.group_model(server, client.cid)
-        copy_state(client.model, group, self.shared_keys(group))
-        client.state.group = group
-
-    def broadcast_payload(self, server: Server[GroupModels], client: Client[GroupMember]) -> object:
-        group = self.group_model(server, client.cid)
+    def global_state(self, server: Server[GroupModels], cid: int) -> dict[str, torch.Tensor]:
+        """Client ``cid``'s group model θ_g."""
+        group = self.group_model(server, cid)
         keys = self.shared_keys(group)
         return {k: v for k, v in group.state_dict().items() if keys is None or k in keys}
 
-    def client_model(self, client: Client[GroupMember]) -> nn.Module:
-        return client.state.group if client.state.group is not None else client.model
+    def receive_broadcast(self, client: Client[GroupMember], message: ModelBroadcast[None]) -> None:
+        super().receive_broadcast(client, message)
+        client.state.joined = True
+
+    def client_model(self, server: Server[GroupModels], client: Client[GroupMember]) -> nn.Module:
+        return self.group_model(server, client.cid) if client.state.joined else client.model
 
     # -- server ---------------------------------------------------------------------------------
 
-    def aggregate(self, round_index: int, server: Server[GroupModels], updates: list[Update]) -> None:
-        received: dict[str, list[Update]] = {}
+    def aggregate(self, round_index: int, server: Server[GroupModels], updates: list[Update[None]]) -> Metrics:
+        received: dict[str, list[Update[None]]] = {}
         for update in updates:
             received.setdefault(self.ctx.architectures[update.cid], []).append(update)
         for arch, group in sorted(received.items()):
@@ -127,18 +124,15 @@ class FedDF(ParameterAveraging[GroupMember, GroupModels]):
             load_state(model, weighted_average([u.state for u in group], weights, keys), strict=keys is None)
         if self.params.distill_steps:
             self.distill(round_index, server, updates, sorted(received))
+        return {}
 
-    def ensemble_logits(self, server: Server[GroupModels], updates: list[Update], x: torch.Tensor) -> torch.Tensor:
+    def ensemble_logits(self, server: Server[GroupModels], updates: list[Update[None]], x: torch.Tensor) -> torch.Tensor:
         """The mean of the received client models' logits on ``x``, each model run in eval mode on its uploaded
         weights (its group's server model as the architecture)."""
         total: torch.Tensor | None = None
         for update in updates:
-            template = self.group_model(server, update.cid)
-            was_training = template.training
-            template.eval()
-            with torch.no_grad():
+            with torch.no_grad(), eval_mode(self.group_model(server, update.cid)) as template:
                 _, logits = functional_call(template, update.state, (x,))
-            template.train(was_training)
             total = logits if total is None else total + logits
         assert total is not None
         return total / len(updates)
@@ -149,7 +143,7 @@ class FedDF(ParameterAveraging[GroupMember, GroupModels]):
             return torch.optim.Adam(model.parameters(), lr=p.distill_lr)
         return torch.optim.SGD(model.parameters(), lr=p.distill_lr)
 
-    def distill(self, round_index: int, server: Server[GroupModels], updates: list[Update], groups: list[str]) -> None:
+    def distill(self, round_index: int, server: Server[GroupModels], updates: list[Update[None]], groups: list[str]) -> None:
         """``distill_steps`` lockstep public batches; per batch, the ensemble teacher, then a step of each group."""
         p = self.params
         public = self.ctx.shared_public(p.distill_batch_size, "distill")
@@ -165,4 +159,4 @@ class FedDF(ParameterAveraging[GroupMember, GroupModels]):
         """One step of every group's student on 𝒦 towards the ensemble (FedDF-AL adds its terms)."""
         for group, loop in zip(groups, loops):
             student = server.state.models[group].train()
-            loop.run([x], lambda step, batch, s=student: distillation_loss(teacher, s(batch)[1], self.params.temperature))
+            loop.run([x], lambda step, batch, s=student: kd_loss(s(batch)[1], teacher, self.params.temperature))

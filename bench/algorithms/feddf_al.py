@@ -1,5 +1,5 @@
 """FedDF-AL — FedAL's adversarial and less-forgetting components added to FedDF in the shareable-model
-setting (specs/fedal.md §3.2.8, Fig. 10). The paper names it and gives τ = 15 and E = 2 but not its
+setting (pipelines/fedal/NOTES.md §3.2.8, Fig. 10). The paper names it and gives τ = 15 and E = 2 but not its
 design; this is the spec's recommended reading [ASSUMPTION]:
 
 * FedDF (:mod:`bench.algorithms.feddf`): one server model θ_g per architecture group, FedAvg within the
@@ -31,10 +31,12 @@ from torch import nn
 from bench.algorithms import register_algorithm
 from bench.algorithms.fedal import (AdversarialParams, DiscriminatorState, LessForgettingParams, adversarial_term,
                                     discriminator_round, discriminator_state, lf_loss, local_objective)
-from bench.algorithms.feddf import FedDF, FedDFParams, GroupMember, GroupModels, distillation_loss
+from bench.algorithms.feddf import FedDF, FedDFParams, GroupMember, GroupModels
+from bench.engine.distillation import kd_loss
 from bench.engine.loop import Loop, Step
 from bench.engine.snapshots import refresh_snapshot
-from bench.engine.state import Client, Server, Update
+from bench.engine.messages import ModelBroadcast, Update
+from bench.engine.state import Client, Server
 
 
 class FedDFALParams(FedDFParams, AdversarialParams, LessForgettingParams):
@@ -68,8 +70,8 @@ class FedDFAL(FedDF):
         return Server(server.model, FedDFALServer(models=server.state.models, discriminator=discriminator.discriminator,
                                                   optimizer=discriminator.optimizer))
 
-    def broadcast(self, server: Server[GroupModels], client: Client[FedDFALClient]) -> None:  # type: ignore[override]
-        super().broadcast(server, client)
+    def receive_broadcast(self, client: Client[FedDFALClient], message: ModelBroadcast[None]) -> None:  # type: ignore[override]
+        super().receive_broadcast(client, message)
         client.state.snapshot = refresh_snapshot(client.state.snapshot, client.model, self.params.snapshot_mode)
 
     def local_loss(self, step: Step, client: Client[FedDFALClient], x: torch.Tensor,  # type: ignore[override]
@@ -77,7 +79,7 @@ class FedDFAL(FedDF):
         """V_loc = CE + r_loc (FedAL eq. 17), r_loc against θ_g as broadcast this round."""
         return local_objective(client.model, client.state.snapshot, x, y, self.params, step.round)
 
-    def distill(self, round_index: int, server: Server[FedDFALServer], updates: list[Update],  # type: ignore[override]
+    def distill(self, round_index: int, server: Server[FedDFALServer], updates: list[Update[None]],  # type: ignore[override]
                 groups: list[str]) -> None:
         if self.params.lf_global_weight > 0:  # θ̂_g
             old = server.state.snapshots or {}
@@ -100,12 +102,12 @@ class FedDFAL(FedDF):
         for group, loop, z, gradient in zip(groups, loops, logits, gradients):
             def loss(step: Step, batch: torch.Tensor, g: str = group, z: torch.Tensor = z,
                      gradient: torch.Tensor | None = gradient) -> torch.Tensor:
-                total = distillation_loss(teacher, z, p.temperature)
+                total = kd_loss(z, teacher, p.temperature)
                 if p.lf_global_weight > 0:
                     assert state.snapshots is not None
                     with torch.no_grad():
                         _, frozen = state.snapshots[g](batch)
-                    total = total + p.lf_global_weight * lf_loss(frozen, z, p.lf_temperature)
+                    total = total + p.lf_global_weight * lf_loss(z, frozen, p.lf_temperature)
                 if gradient is not None:
                     total = total + p.adv_weight * adversarial_term(z, gradient)
                 return total

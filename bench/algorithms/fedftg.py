@@ -1,5 +1,5 @@
 """FedFTG — Zhang, Shen, Ding, Tao, Duan, "Fine-tuning global model via data-free knowledge distillation for
-non-IID federated learning", CVPR 2022, as DaFKD's experiments run it (specs/dafkd.md §2.5; the official
+non-IID federated learning", CVPR 2022, as DaFKD's experiments run it (pipelines/dafkd/NOTES.md §2.5; the official
 code's ``train_global_model_cgan_bs_weight_iloop_fz_dis``).
 
 Clients train as in FedAvg (cross-entropy), starting from the fine-tuned global model, and report their
@@ -39,7 +39,9 @@ from bench.algorithms import register_algorithm
 from bench.algorithms.base import AveragingParams, ParameterAveraging
 from bench.algorithms.fedgen import diversity_loss
 from bench.engine.loop import Loop, Step
-from bench.engine.state import Client, NoState, Server, Update
+from bench.engine.messages import Update
+from bench.engine.protocol import Metrics
+from bench.engine.state import Client, NoState, Server
 from bench.models import build_model
 
 
@@ -99,13 +101,10 @@ class GeneratorServer(NoState):
     generator: nn.Module | None = None
 
 
-@dataclass
-class HistogramUpdate(Update):
-    label_counts: torch.Tensor  # n_k^y over the client's train set
-
-
 @register_algorithm("fedftg")
-class FedFTG(ParameterAveraging[NoState, GeneratorServer]):
+class FedFTG(ParameterAveraging[NoState, GeneratorServer, None, torch.Tensor]):
+    """The update carries the client's label histogram n_k^y (over its train set) besides the model."""
+
     Params = FedFTGParams
     params: FedFTGParams
     ServerState = GeneratorServer
@@ -122,17 +121,18 @@ class FedFTG(ParameterAveraging[NoState, GeneratorServer]):
         """The classifier architecture the server runs the uploads through (eval mode, ``functional_call``)."""
         return self.ctx.build_model("teacher").eval()
 
-    def local_update(self, round_index: int, server: Server[GeneratorServer],
-                     client: Client[NoState]) -> tuple[HistogramUpdate, float]:
-        update, loss = super().local_update(round_index, server, client)
-        counts = torch.bincount(client.data.y, minlength=self.ctx.num_classes).to(torch.float32)
-        return HistogramUpdate(update.cid, update.num_samples, update.state, counts), loss
+    def broadcast_payload(self, round_index: int, server: Server[GeneratorServer], cid: int) -> None:
+        return None
 
-    def aggregate(self, round_index: int, server: Server[GeneratorServer], updates: list[HistogramUpdate]) -> None:  # type: ignore[override]
+    def update_payload(self, client: Client[NoState]) -> torch.Tensor:
+        return torch.bincount(client.data.y, minlength=self.ctx.num_classes).to(torch.float32)
+
+    def aggregate(self, round_index: int, server: Server[GeneratorServer], updates: list[Update[torch.Tensor]]) -> Metrics:
         super().aggregate(round_index, server, updates)
         self.fine_tune(round_index, server, updates)
+        return {}
 
-    def fine_tune(self, round_index: int, server: Server[GeneratorServer], updates: list[HistogramUpdate]) -> None:
+    def fine_tune(self, round_index: int, server: Server[GeneratorServer], updates: list[Update[torch.Tensor]]) -> None:
         """The server's data-free fine-tuning of the averaged model (module docstring)."""
         p, ctx = self.params, self.ctx
         student, generator = server.model, server.state.generator
@@ -146,7 +146,7 @@ class FedFTG(ParameterAveraging[NoState, GeneratorServer]):
                                       if p.student_weight_decay is None else p.student_weight_decay)
         g_loop = Loop(g_optimizer, list(generator.parameters()), round_index, "generator", backward_inputs=True)
         s_loop = Loop(s_optimizer, student_params, round_index, "server")
-        counts = torch.stack([u.label_counts for u in updates])
+        counts = torch.stack([u.payload for u in updates])
         alpha = class_client_weights(counts)  # clients × classes
         rng = ctx.stream("fedftg-server", round_index)
         labels = label_schedule(counts.sum(0).cpu(), p.iterations * size, rng).to(ctx.device)

@@ -1,5 +1,5 @@
 """FedGen — Zhu, Hong, Zhou, "Data-free knowledge distillation for heterogeneous federated learning",
-ICML 2021, as the FedHKD paper runs it (specs/fedhkd.md §4 "FedGen", §5.5; context: specs/dafkd.md §2.4).
+ICML 2021, as the FedHKD paper runs it (pipelines/fedhkd/NOTES.md §4 "FedGen", §5.5; context: pipelines/dafkd/NOTES.md §2.4).
 
 Server, every round after local training and before the FedAvg step (:class:`ParameterAveraging`):
 train the conditional feature generator G_w(ε, y) (``fedgen_generator``: [ε ~ U(0,1)^64 ; onehot(y)] →
@@ -19,7 +19,7 @@ Client, from round 2 (round 1 is CE only), per batch (x, y) of size B, generator
 with ŷ ~ U{0..n−1} of size B_gen = 32, the KL "batchmean" and its target detached, and
 α_t = β_t = max(1e-4, 10·0.98^(t−1)) in 1-based round t (the spec's 0-indexed t).
 
-Readings (FedGen's code where the spec is silent, as specs/dafkd.md §2.4 records it):
+Readings (FedGen's code where the spec is silent, as pipelines/dafkd/NOTES.md §2.4 records it):
 * label counts c_{u,y} start at 1 for every label and add the labels of every batch the client trained
   on this round (all local epochs); "qualified" labels are those with max_u c_{u,y} > 1;
 * the teacher heads are the selected clients' classifiers after local training, applied with their
@@ -29,7 +29,7 @@ Readings (FedGen's code where the spec is silent, as specs/dafkd.md §2.4 record
 * the generator is the classifier's latent generator: every bench model exposes its head G_ω as
   ``classifier`` and its latent size as ``feature_dim``.
 
-DaFKD's experiments run this FedGen with its own values (specs/dafkd.md §2.4, set in its suite): noise 32,
+DaFKD's experiments run this FedGen with its own values (pipelines/dafkd/NOTES.md §2.4, set in its suite): noise 32,
 hidden 256, 10 × 5 generator steps of batch 32, β = 10 (1 on EMNIST), generator lr 1e-4 on EMNIST; its
 claim that FedGen used the paper's two-embedding generator is ``generator: embed``.
 """
@@ -46,8 +46,12 @@ from torch.func import functional_call
 
 from bench.algorithms import register_algorithm
 from bench.algorithms.base import AveragingParams, ParameterAveraging
+from bench.engine.distillation import soft_target_kl
+from bench.engine.evaluation import eval_mode
 from bench.engine.loop import Loop, Step
-from bench.engine.state import Client, NoState, Server, Update
+from bench.engine.messages import Update
+from bench.engine.protocol import Metrics
+from bench.engine.state import Client, NoState, Server
 from bench.engine.streams import NoiseStream
 from bench.errors import BenchError
 from bench.models import build_model
@@ -73,7 +77,7 @@ class FedGenParams(AveragingParams):
     kd_decay: float = Field(0.98, gt=0, le=1, description="per-round decay of α and β")
     generator: Literal["fedgen", "embed"] = Field("fedgen", exclude_if=lambda v: v == "fedgen", description=(
         "fedgen: FedGen's generator; embed: separate noise and label embeddings, as the DaFKD paper describes the "
-        "generator it gave FedGen (specs/dafkd.md §2.4 flag dafkd_embed); left out of the resolved config at its "
+        "generator it gave FedGen (pipelines/dafkd/NOTES.md §2.4 flag dafkd_embed); left out of the resolved config at its "
         "default, so the runs from before it keep their hash"))
 
 
@@ -119,13 +123,11 @@ class FedGenClient(NoState):
     label_counts: torch.Tensor | None = None
 
 
-@dataclass
-class LabelCountUpdate(Update):
-    label_counts: torch.Tensor  # c_{u,y}, starting at 1 for every label
-
-
 @register_algorithm("fedgen")
-class FedGen(ParameterAveraging[FedGenClient, GeneratorState]):
+class FedGen(ParameterAveraging[FedGenClient, GeneratorState, nn.Module, torch.Tensor]):
+    """The broadcast carries the generator G_w besides the model, the update the label counts c_{u,y} (starting at
+    1 for every label)."""
+
     Params = FedGenParams
     params: FedGenParams
     ClientState = FedGenClient
@@ -138,7 +140,7 @@ class FedGen(ParameterAveraging[FedGenClient, GeneratorState]):
                            key=("init", "generator"), noise_dim=p.noise_dim, hidden=p.hidden).to(self.ctx.device)
 
     def resident_parameters(self, model: nn.Module) -> int:
-        """The client model plus the (frozen) generator it samples latents from: Table 1's Params (specs/fedhkd.md
+        """The client model plus the (frozen) generator it samples latents from: Table 1's Params (pipelines/fedhkd/NOTES.md
         §6 R6). Added to the base count truncated to 3 decimals (as the paper's FedProx/MOON values are) this
         generator gives the printed CIFAR-10/100 values but 1.341 for SVHN's 1.357, which only a 64-dim
         generator without BN parameters fits (tests/test_models.py, pipelines/fedhkd/README.md)."""
@@ -156,22 +158,20 @@ class FedGen(ParameterAveraging[FedGenClient, GeneratorState]):
 
     # -- client ---------------------------------------------------------------------------------
 
-    def broadcast(self, server: Server[GeneratorState], client: Client[FedGenClient]) -> None:
-        super().broadcast(server, client)
-        client.state.generator = server.state.generator
+    def broadcast_payload(self, round_index: int, server: Server[GeneratorState], cid: int) -> nn.Module:
+        assert server.state.generator is not None
+        return server.state.generator
 
-    def broadcast_payload(self, server: Server[GeneratorState], client: Client[FedGenClient]) -> object:
-        return super().broadcast_payload(server, client), server.state.generator
+    def receive_payload(self, client: Client[FedGenClient], payload: nn.Module) -> None:
+        client.state.generator = payload
 
-    def local_update(self, round_index: int, server: Server[GeneratorState],
-                     client: Client[FedGenClient]) -> tuple[LabelCountUpdate, float]:
+    def local_update(self, round_index: int, client: Client[FedGenClient]) -> tuple[Update[torch.Tensor], float]:
         assert client.state.generator is not None
         client.state.generator.eval()
         client.state.label_counts = torch.ones(self.ctx.num_classes, device=self.ctx.device)
         loss = self.ctx.local_train(client, round_index, self.local_loss,
                                     rng=self.ctx.stream("fedgen-client", client.cid, round_index))
-        update = LabelCountUpdate(client.cid, client.data.num_samples, client.model.state_dict(),
-                                  client.state.label_counts)
+        update = Update(client.cid, client.data.num_samples, client.model.state_dict(), client.state.label_counts)
         client.state.generator = client.state.label_counts = None
         return update, loss
 
@@ -190,7 +190,7 @@ class FedGen(ParameterAveraging[FedGenClient, GeneratorState]):
             target = F.softmax(head(generator(noise.batch(len(y)), y)), dim=1)
             y_gen = torch.randint(self.ctx.num_classes, (p.gen_batch_size,), generator=step.rng).to(self.ctx.device)
             latents = generator(noise.batch(len(y_gen)), y_gen)
-        latent_kl = F.kl_div(F.log_softmax(logits, dim=1), target, reduction="batchmean")
+        latent_kl = soft_target_kl(logits, target, 1.0)
         gen_ce = F.cross_entropy(head(latents), y_gen)
         gen_ratio = p.gen_batch_size / self.ctx.config.training.batch_size
         return (loss + gen_ratio * kd_weight(p.alpha, p.kd_decay, t) * gen_ce
@@ -198,23 +198,21 @@ class FedGen(ParameterAveraging[FedGenClient, GeneratorState]):
 
     # -- server ---------------------------------------------------------------------------------
 
-    def aggregate(self, round_index: int, server: Server[GeneratorState], updates: list[LabelCountUpdate]) -> None:  # type: ignore[override]
+    def aggregate(self, round_index: int, server: Server[GeneratorState], updates: list[Update[torch.Tensor]]) -> Metrics:
         self.train_generator(round_index, server, updates)
-        super().aggregate(round_index, server, updates)
+        return super().aggregate(round_index, server, updates)
 
-    def train_generator(self, round_index: int, server: Server[GeneratorState], updates: list[LabelCountUpdate]) -> None:
+    def train_generator(self, round_index: int, server: Server[GeneratorState], updates: list[Update[torch.Tensor]]) -> None:
         """``generator_epochs`` × ``teacher_iters`` Adam steps on the teacher and diversity losses."""
         p = self.params
         generator, optimizer = server.state.generator, server.state.optimizer
         assert server.model is not None and generator is not None and optimizer is not None
         for group in optimizer.param_groups:
             group["lr"] = p.generator_lr * p.generator_lr_decay ** (round_index - 1)
-        weights, qualified = label_weights(torch.stack([u.label_counts for u in updates]))
+        weights, qualified = label_weights(torch.stack([u.payload for u in updates]))
         prefix = f"{HEAD}."
         head_states = [{k[len(prefix):]: v for k, v in u.state.items() if k.startswith(prefix)} for u in updates]
         head = getattr(server.model, HEAD)
-        head_was_training = head.training
-        head.eval()
         generator.train()
         rng = self.ctx.stream("fedgen-server", round_index)
         noise = NoiseStream(rng, generator.noise_dim, self.ctx.device)
@@ -226,6 +224,6 @@ class FedGen(ParameterAveraging[FedGenClient, GeneratorState]):
             return (p.teacher_weight * teacher_loss(head, head_states, latents, y, weights)
                     + p.diversity_weight * diversity_loss(eps, latents))
 
-        Loop(optimizer, list(generator.parameters()), round_index, "generator",
-             backward_inputs=True).run(range(p.generator_epochs * p.teacher_iters), step_fn)
-        head.train(head_was_training)
+        with eval_mode(head):
+            Loop(optimizer, list(generator.parameters()), round_index, "generator",
+                 backward_inputs=True).run(range(p.generator_epochs * p.teacher_iters), step_fn)

@@ -1,5 +1,5 @@
 """FedHKD — Chen, Wang, Vikalo, ICLR 2023, "The Best of Both Worlds: Accurate Global and Personalized
-Models through Federated Learning with Data-Free Hyper-Knowledge Distillation" (specs/fedhkd.md).
+Models through Federated Learning with Data-Free Hyper-Knowledge Distillation" (pipelines/fedhkd/NOTES.md).
 
 FedAvg plus hyper-knowledge. After local training each client computes, per class j, the mean
 latent h̄_i^j and the mean tempered prediction q̄_i^j = mean softmax(G(h)/T) over its whole train
@@ -17,31 +17,9 @@ shared, the [R] reading and the code's; ``fraction`` shares class j iff N_i^j/N_
 term averages over the mini-batch; missing classes are dropped with the literal normalisers 1/n and
 1/B (``kd_norm``/``feat_norm: present`` divide by |J| / the samples with knowledge instead).
 
-``mode: code`` switches to the released code's behaviour (§3.9); an explicitly given switch wins:
-
-    switch      paper       code          what (§3.8)
-    kd_dist     l2          kl            A2 term 2: ‖Q − 𝓠‖₂, or KLDivLoss(log Q, 𝓠) = KL(𝓠‖Q)/n
-    kd_norm     classes     present       A2 term 2 normaliser: n, or |J| (KLDivLoss "mean")
-    feat_dist   l2          mse           A3 term 3: ‖h − 𝓗^y‖₂, or ‖h − 𝓗^y‖²/d (MSELoss)
-    feat_norm   batch       batch         A3 term 3 normaliser (code: missing rows count as 0 in B·d)
-    hk_agg      weighted    last_writer   A4 Eq. 9, or the last client (random order) holding the class
-                                          wins and knowledge persists across rounds
-    noise       paper       const         A5 per element std σ·2ζ/N_i^j, or one vector of std
-                                          ``noise_std`` = 2 per client and round for all classes
-    weighting   samples     uniform       A7 FedAvg weights N_i, or the unweighted mean
-    nu_mode     none        none          A1
-    hk_update   round       client        §3.4/§3.9: the server's knowledge is fixed for the round (Eq. 9
-                                          after all clients), or updated after each client, the clients
-                                          training one after another in a seeded random order, so later
-                                          clients distil from knowledge earlier ones wrote this round
-                                          (``client`` needs ``hk_agg: last_writer``)
-    softmax     stable      naive         §3.9: Q(z, T) (Eq. 2) with the max shift and term 2 through
-                                          log_softmax, or the code's ``soft_predict`` exp(z/T)/Σexp(z/T)
-                                          then ``log``: exp overflows to inf/inf = NaN for z/T > 88 and
-                                          underflows to log 0 = -inf, both of which end the run as diverged
-    hk_data     all         loader        §3.1: knowledge over the whole train set, or over one pass of
-                                          the shuffled train loader (batch size and ``drop_last`` of the
-                                          training config), which skips the last partial batch
+``mode: code`` switches to the released code's behaviour (§3.9): the switches of :class:`FedHKDParams`, each
+with its paper and code value (A2, A3, A4, A5, A7 and the code's client-by-client knowledge, naive softmax and
+loader knowledge).
 
 Round 1 is plain CE in both modes (§3.6; in ``hk_update: client`` the knowledge written during round 1
 is first used in round 2, as in the code). λ, γ, T, σ, ζ, ν keep the paper's values in both modes (the
@@ -56,69 +34,65 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
-from pydantic import Field, SerializerFunctionWrapHandler, model_serializer, model_validator
+from pydantic import Field, model_validator
 from torch import nn
 
 from bench.algorithms import register_algorithm
-from bench.algorithms.base import AveragingParams, ParameterAveraging, with_mode_defaults
+from bench.algorithms.base import AveragingParams, ParameterAveraging
+from bench.algorithms.readings import ModeParams, reading
 from bench.engine.knowledge import (ClassStatistics, aggregate_class_statistics, class_statistics,
                                     feature_alignment, last_writer_class_statistics)
 from bench.engine.loop import Step
-from bench.engine.state import Client, NoState, Server, Update
+from bench.engine.messages import Update
+from bench.engine.protocol import Metrics
+from bench.engine.state import Client, NoState, Server
 from bench.rng import numpy_stream, torch_stream
 
-MODE_DEFAULTS: dict[str, dict[str, str]] = {
-    "paper": {"kd_dist": "l2", "kd_norm": "classes", "feat_dist": "l2", "feat_norm": "batch",
-              "hk_agg": "weighted", "noise": "paper", "weighting": "samples", "nu_mode": "none",
-              "hk_update": "round", "softmax": "stable", "hk_data": "all"},
-    "code": {"kd_dist": "kl", "kd_norm": "present", "feat_dist": "mse", "feat_norm": "batch",
-             "hk_agg": "last_writer", "noise": "const", "weighting": "uniform", "nu_mode": "none",
-             "hk_update": "client", "softmax": "naive", "hk_data": "loader"},
-}
-"""The switches each ``mode`` sets unless given explicitly (paper: §3.8 [R]; code: §3.9)."""
-LATER_SWITCHES = ("hk_update", "softmax", "hk_data")
+class FedHKDParams(ModeParams, AveragingParams):
+    """FedHKD's hyperparameters (§5.5), the readings of its ambiguities (§3.8) and the released code's (§3.9)."""
 
-
-class FedHKDParams(AveragingParams):
-    mode: Literal["paper", "code"] = Field("paper", description="defaults of the switches: paper or released code")
     lam: float = Field(0.05, ge=0, description="λ, weight of the classifier-distillation term (Eq. 11)")
     gamma: float = Field(0.05, ge=0, description="γ, weight of the feature term (Eq. 11); 0 gives FedHKD*")
     temperature: float = Field(0.5, gt=0, description="T of the soft predictions (Eq. 2)")
     sigma: float = Field(7.0, ge=0, description="DP noise multiplier σ (noise: paper)")
     zeta: float = Field(3.0, gt=0, description="bound ζ on |h(l)|; sensitivity 2ζ/N_i^j (Lemma 1)")
     nu: float = Field(0.25, ge=0, le=1, description="sharing threshold ν on N_i^j/N_i (nu_mode: fraction)")
-    nu_mode: Literal["none", "fraction"] = "none"
-    noise: Literal["paper", "const", "none"] = "paper"
+    nu_mode: Literal["none", "fraction"] = Field("none", description="A1: every held class is shared (the [R] "
+                                                                       "reading and the code's), or N_i^j/N_i ≥ ν")
+    noise: Literal["paper", "const", "none"] = reading(
+        "paper", "const", "A5: per element std σ·2ζ/N_i^j; or one vector of std noise_std per client and round for "
+        "all classes")
     noise_std: float = Field(2.0, ge=0, description="std of the code's constant noise (noise: const)")
-    hk_agg: Literal["weighted", "last_writer"] = "weighted"
-    kd_dist: Literal["l2", "kl"] = "l2"
-    kd_norm: Literal["classes", "present"] = "classes"
-    feat_dist: Literal["l2", "mse"] = "l2"
-    feat_norm: Literal["batch", "present"] = "batch"
-    hk_update: Literal["round", "client"] = "round"
-    softmax: Literal["stable", "naive"] = "stable"
-    hk_data: Literal["all", "loader"] = "all"
-
-    @model_validator(mode="before")
-    @classmethod
-    def _mode_defaults(cls, data: Any) -> Any:
-        return with_mode_defaults(data, MODE_DEFAULTS)
-
-    @model_serializer(mode="wrap")
-    def _paper_runs_keep_their_identity(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        """The switches added with the released-code comparison (:data:`LATER_SWITCHES`) are left out of a
-        ``mode: paper`` config at their paper values (validation fills them in again), so the paper-mode
-        runs made before them keep their config hash."""
-        out = handler(self)
-        if self.mode == "paper":
-            for key in LATER_SWITCHES:
-                if out.get(key) == MODE_DEFAULTS["paper"][key]:
-                    del out[key]
-        return out
+    hk_agg: Literal["weighted", "last_writer"] = reading(
+        "weighted", "last_writer", "A4: Eq. 9; or the last client (random order) holding the class wins and the "
+        "knowledge persists across rounds")
+    kd_dist: Literal["l2", "kl"] = reading(
+        "l2", "kl", "A2 term 2: ‖Q − 𝓠‖₂; or KLDivLoss(log Q, 𝓠) = KL(𝓠‖Q)/n")
+    kd_norm: Literal["classes", "present"] = reading(
+        "classes", "present", "A2 term 2's normaliser: n; or |J| (KLDivLoss 'mean')")
+    feat_dist: Literal["l2", "mse"] = reading(
+        "l2", "mse", "A3 term 3: ‖h − 𝓗^y‖₂; or ‖h − 𝓗^y‖²/d (MSELoss)")
+    feat_norm: Literal["batch", "present"] = Field("batch", description="A3 term 3's normaliser: B (the code too: "
+                                                                          "missing rows count as 0 in B·d), or the "
+                                                                          "samples with knowledge")
+    weighting: Literal["samples", "uniform"] = reading(
+        "samples", "uniform", "A7: FedAvg's weights N_i; or the unweighted mean")
+    hk_update: Literal["round", "client"] = reading(
+        "round", "client", "§3.4/§3.9: the server's knowledge fixed for the round (Eq. 9 after all clients); or "
+        "updated after each client, the clients training one after another in a seeded random order, so later "
+        "clients distil from knowledge earlier ones wrote this round (needs hk_agg: last_writer)",
+        omitted=("paper",))
+    softmax: Literal["stable", "naive"] = reading(
+        "stable", "naive", "§3.9: Q(z, T) (Eq. 2) with the max shift and term 2 through log_softmax; or the code's "
+        "soft_predict exp(z/T)/Σexp(z/T) then log: exp overflows to inf/inf = NaN for z/T > 88 and underflows to "
+        "log 0 = -inf, both of which end the run as diverged", omitted=("paper",))
+    hk_data: Literal["all", "loader"] = reading(
+        "all", "loader", "§3.1: knowledge over the whole train set; or over one pass of the shuffled train loader "
+        "(the training config's batch size and drop_last), which skips the last partial batch", omitted=("paper",))
 
     @model_validator(mode="after")
     def _client_updates_overwrite(self) -> FedHKDParams:
@@ -175,26 +149,21 @@ class Knowledge(NoState):
     knowledge: ClassStatistics | None = None
 
 
-@dataclass
-class KnowledgeUpdate(Update):
-    """A client's upload: its model and its local hyper-knowledge (h̃_i^j, q̄_i^j, N_i^j)."""
-
-    knowledge: ClassStatistics
-
-
 @register_algorithm("fedhkd")
-class FedHKD(ParameterAveraging[Knowledge, Knowledge]):
+class FedHKD(ParameterAveraging[Knowledge, Knowledge, ClassStatistics | None, ClassStatistics]):
+    """The broadcast carries the global hyper-knowledge (𝓗, 𝓠, N) besides the model, the update the client's
+    local hyper-knowledge (h̃_i^j, q̄_i^j, N_i^j)."""
+
     Params = FedHKDParams
     params: FedHKDParams
     ClientState = ServerState = Knowledge
     resident_models = 1  # Table 1: FedHKD holds one model
 
-    def broadcast(self, server: Server[Knowledge], client: Client[Knowledge]) -> None:
-        super().broadcast(server, client)
-        client.state.knowledge = server.state.knowledge
+    def broadcast_payload(self, round_index: int, server: Server[Knowledge], cid: int) -> ClassStatistics | None:
+        return server.state.knowledge
 
-    def broadcast_payload(self, server: Server[Knowledge], client: Client[Knowledge]) -> object:
-        return super().broadcast_payload(server, client), server.state.knowledge
+    def receive_payload(self, client: Client[Knowledge], payload: ClassStatistics | None) -> None:
+        client.state.knowledge = payload
 
     def local_loss(self, step: Step, client: Client[Knowledge], x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         features, logits = client.model(x)
@@ -210,11 +179,10 @@ class FedHKD(ParameterAveraging[Knowledge, Knowledge]):
             loss = loss + p.gamma * feature_alignment(features, y, knowledge, p.feat_dist, p.feat_norm)
         return loss
 
-    def local_update(self, round_index: int, server: Server[Knowledge],
-                     client: Client[Knowledge]) -> tuple[KnowledgeUpdate, float]:
-        update, loss = super().local_update(round_index, server, client)
-        return KnowledgeUpdate(update.cid, update.num_samples, update.state,
-                               self.local_knowledge(client, round_index)), loss
+    def local_update(self, round_index: int, client: Client[Knowledge]) -> tuple[Update[ClassStatistics], float]:
+        loss = self.ctx.local_train(client, round_index, self.local_loss)
+        return Update(client.cid, client.data.num_samples, client.model.state_dict(),
+                      self.local_knowledge(client, round_index)), loss
 
     def local_knowledge(self, client: Client[Knowledge], round_index: int) -> ClassStatistics:
         """The client's hyper-knowledge (h̃_i^j, q̄_i^j, N_i^j) of the classes it shares (§3.1–§3.3);
@@ -246,21 +214,22 @@ class FedHKD(ParameterAveraging[Knowledge, Knowledge]):
     def sequential(self) -> bool:
         return self.params.hk_update == "client"
 
-    def receive(self, round_index: int, server: Server[Knowledge], update: KnowledgeUpdate) -> None:  # type: ignore[override]
+    def receive(self, round_index: int, server: Server[Knowledge], update: Update[ClassStatistics]) -> None:
         """``hk_update: client``: the code's ``dict.update`` with this client's knowledge, at once (§3.9)."""
-        server.state.knowledge = last_writer_class_statistics([update.knowledge], server.state.knowledge)
+        server.state.knowledge = last_writer_class_statistics([update.payload], server.state.knowledge)
 
-    def aggregate(self, round_index: int, server: Server[Knowledge], updates: list[KnowledgeUpdate]) -> None:  # type: ignore[override]
+    def aggregate(self, round_index: int, server: Server[Knowledge], updates: list[Update[ClassStatistics]]) -> Metrics:
         super().aggregate(round_index, server, updates)
         if self.sequential():  # already taken in, client by client
-            return
-        local = [u.knowledge for u in updates]
+            return {}
+        local = [u.payload for u in updates]
         if self.params.hk_agg == "weighted":  # Eq. 9, recomputed every round
             server.state.knowledge = aggregate_class_statistics(local, "counts")
         else:  # the code's dict.update over a random client order, persisting across rounds
             order = numpy_stream(self.ctx.seed, "hk-order", round_index).permutation(len(local))
             server.state.knowledge = last_writer_class_statistics([local[i] for i in order], server.state.knowledge)
+        return {}
 
-    def extra_metrics(self, server: Server[Knowledge], clients: list[Client[Knowledge]]) -> dict[str, Any]:
+    def extra_metrics(self, server: Server[Knowledge], clients: list[Client[Knowledge]]) -> dict[str, float]:
         knowledge = server.state.knowledge
         return {"knowledge_classes": 0 if knowledge is None else int(knowledge.present.sum())}

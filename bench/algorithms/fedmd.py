@@ -1,6 +1,6 @@
 """FedMD — Li & Wang, "FedMD: Heterogenous federated learning via model distillation", arXiv:1910.03581
 (2019), as the FedHKD paper adapts it: distillation on a public set plus FedAvg aggregation
-(specs/fedhkd.md §4 "FedMD", §5.5).
+(pipelines/fedhkd/NOTES.md §4 "FedMD", §5.5).
 
 Every round, after local training, each client computes its soft predictions Q(z_pub, T) =
 softmax(G_ω(R_φ(x_pub))/T), T = 0.5, in eval mode on the whole public set in its fixed order; the
@@ -13,23 +13,20 @@ train size).
 
 Not to be confused with ``fedmd_fedal`` (:mod:`bench.algorithms.fedmd_fedal`), FedMD as the FedAL paper
 runs it: black-box clients without model averaging, one public mini-batch per iteration in lockstep,
-KL to the mean of the other clients' logits (specs/fedal.md §3.2.1).
+KL to the mean of the other clients' logits (pipelines/fedal/NOTES.md §3.2.1).
 
-Readings (the released code, specs/fedhkd.md §4 [C], where the paper is silent):
+Readings (the released code, pipelines/fedhkd/NOTES.md §4 [C], where the paper is silent):
 * b is the batch's index within its local epoch; public batches have the private batch size and the
   config's ``drop_last``, and a private batch whose index has no public batch gets no distillation
   term (the code's ``if idx == batch_idx`` loop over the public loader);
-* ``mode: paper`` (default): D = KL(C_b ‖ Q_b), batch mean; λ_md = 0.05.
-* ``mode: code``: D = −``KLDivLoss()``(Q_b, C_b) with the probabilities (not log-probabilities) as
-  input and the element-wise mean, i.e. −mean(C_b·(log C_b − Q_b)); λ_md defaults to the code's
-  hard-coded 0.1. Not reproduced: the code's public set of 1000 images drawn with replacement from
+* D = KL(C_b ‖ Q_b), batch mean; λ_md = 0.05. ``mode: code`` takes the code's D and λ_md (the switches of
+  :class:`FedMDParams`). Not reproduced: the code's public set of 1000 images drawn with replacement from
   the global test set (an algorithm sees no test data — only the federation's evaluation does — and
   using it would leak the evaluation set); set ``public.size: 1000`` for the code's size. Nor is the
   code's skipping of gradient clipping in distillation rounds (clipping is the engine's, every round).
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Literal
 
@@ -39,32 +36,41 @@ from pydantic import Field
 
 from bench.algorithms import register_algorithm
 from bench.algorithms.base import AveragingParams, ParameterAveraging
+from bench.algorithms.readings import ModeParams, reading
 from bench.engine.chunks import chunk_size
+from bench.engine.distillation import soft_target_kl
+from bench.engine.evaluation import eval_mode
 from bench.engine.loop import Step
-from bench.engine.state import Client, NoState, Server, Update
+from bench.engine.messages import Update
+from bench.engine.protocol import Metrics
+from bench.engine.state import Client, NoState, Server
+from bench.engine.streams import batches_per_pass
 from bench.errors import BenchError
 
 
-class FedMDParams(AveragingParams):
-    mode: Literal["paper", "code"] = Field("paper", description="paper: KL(C‖Q); code: the released code's loss")
-    lambda_md: float | None = Field(None, ge=0, description="distillation weight λ_md; None: 0.05 (paper), "
-                                                             "0.1 (code)")
+class FedMDParams(ModeParams, AveragingParams):
+    """FedMD's hyperparameters as the FedHKD paper runs it, and the released code's readings (§4 [C])."""
+
+    lambda_md: float = reading(0.05, 0.1, "distillation weight λ_md (the code's hard-coded 0.1)", ge=0,
+                               omitted=("paper", "code"), as_null=True)
+    distance: Literal["kl", "negated_kldivloss"] = reading(
+        "kl", "negated_kldivloss", "D(Q, C): KL(C ‖ Q), batch mean; or −KLDivLoss()(Q, C) with the probabilities "
+        "(not log-probabilities) as input and the element-wise mean, −mean(C·(log C − Q))", omitted=("paper", "code"))
     temperature: float = Field(0.5, gt=0, description="softmax temperature T of the soft predictions")
 
 
-def distillation_loss(logits: torch.Tensor, consensus: torch.Tensor, temperature: float,
-                      mode: Literal["paper", "code"]) -> torch.Tensor:
-    """D(Q(z, T), C): KL(C ‖ Q) batch mean (paper), or the code's −KLDivLoss(Q, C) on probabilities."""
-    if mode == "paper":
-        return F.kl_div(F.log_softmax(logits / temperature, dim=1), consensus, reduction="batchmean")
-    # KLDivLoss()'s element-wise mean, written out (torch deprecates reduction="mean" for kl_div)
+def distillation_loss(logits: torch.Tensor, consensus: torch.Tensor, temperature: float) -> torch.Tensor:
+    """D(Q(z, T), C) = KL(C ‖ Q), batch mean."""
+    return soft_target_kl(logits, consensus, temperature)
+
+
+def code_distillation_loss(logits: torch.Tensor, consensus: torch.Tensor, temperature: float) -> torch.Tensor:
+    """The code's D: −KLDivLoss()(Q, C) on probabilities, KLDivLoss's element-wise mean written out (torch deprecates
+    reduction="mean" for kl_div)."""
     return -(torch.xlogy(consensus, consensus) - consensus * F.softmax(logits / temperature, dim=1)).mean()
 
 
-def num_batches(n: int, batch_size: int, drop_last: bool) -> int:
-    """Batches of min(batch_size, n) in one pass over n samples (as :meth:`Context.batch_indices` cuts them)."""
-    size = min(batch_size, n)
-    return n // size if drop_last else math.ceil(n / size)
+DISTANCES = {"kl": distillation_loss, "negated_kldivloss": code_distillation_loss}
 
 
 @dataclass
@@ -74,22 +80,14 @@ class Consensus(NoState):
     consensus: torch.Tensor | None = None
 
 
-@dataclass
-class SoftUpdate(Update):
-    soft: torch.Tensor  # Q(z_pub, T): the client's soft predictions on the whole public set
-
-
 @register_algorithm("fedmd")
-class FedMD(ParameterAveraging[Consensus, Consensus]):
+class FedMD(ParameterAveraging[Consensus, Consensus, torch.Tensor | None, torch.Tensor]):
+    """The broadcast carries the consensus C besides the model, the update the client's soft predictions
+    Q(z_pub, T) on the whole public set."""
+
     Params = FedMDParams
     params: FedMDParams
     ClientState = ServerState = Consensus
-
-    @property
-    def lambda_md(self) -> float:
-        if self.params.lambda_md is not None:
-            return self.params.lambda_md
-        return 0.05 if self.params.mode == "paper" else 0.1
 
     def init_server(self) -> Server[Consensus]:
         if self.ctx.public_x is None:
@@ -97,17 +95,14 @@ class FedMD(ParameterAveraging[Consensus, Consensus]):
                              "train size)")
         return super().init_server()
 
-    def broadcast(self, server: Server[Consensus], client: Client[Consensus]) -> None:
-        super().broadcast(server, client)
-        client.state.consensus = server.state.consensus
+    def broadcast_payload(self, round_index: int, server: Server[Consensus], cid: int) -> torch.Tensor | None:
+        return server.state.consensus
 
-    def broadcast_payload(self, server: Server[Consensus], client: Client[Consensus]) -> object:
-        return super().broadcast_payload(server, client), server.state.consensus
+    def receive_payload(self, client: Client[Consensus], payload: torch.Tensor | None) -> None:
+        client.state.consensus = payload
 
-    def local_update(self, round_index: int, server: Server[Consensus],
-                     client: Client[Consensus]) -> tuple[SoftUpdate, float]:
-        update, loss = super().local_update(round_index, server, client)
-        return SoftUpdate(update.cid, update.num_samples, update.state, self.soft_predictions(client.model)), loss
+    def update_payload(self, client: Client[Consensus]) -> torch.Tensor:
+        return self.soft_predictions(client.model)
 
     def local_loss(self, step: Step, client: Client[Consensus], x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         _, logits = client.model(x)
@@ -118,28 +113,26 @@ class FedMD(ParameterAveraging[Consensus, Consensus]):
         train = self.ctx.config.training
         public_x = self.ctx.public_x
         assert public_x is not None
-        b = step.index % num_batches(client.data.num_samples, train.batch_size, train.drop_last)
-        if b >= num_batches(len(public_x), train.batch_size, train.drop_last):
+        b = step.index % batches_per_pass(client.data.num_samples, train.batch_size, train.drop_last)
+        if b >= batches_per_pass(len(public_x), train.batch_size, train.drop_last):
             return loss
         size = min(train.batch_size, len(public_x))
         _, public_logits = client.model(public_x[b * size:(b + 1) * size])
-        return loss + self.lambda_md * distillation_loss(public_logits, consensus[b * size:(b + 1) * size],
-                                                         self.params.temperature, self.params.mode)
+        distance = DISTANCES[self.params.distance]
+        return loss + self.params.lambda_md * distance(public_logits, consensus[b * size:(b + 1) * size],
+                                                       self.params.temperature)
 
     @torch.no_grad()
     def soft_predictions(self, model: torch.nn.Module) -> torch.Tensor:
         """Q(z_pub, T) on the whole public set in its fixed order, eval mode, in evaluation chunks
         (:func:`~bench.engine.chunks.chunk_size`)."""
-        was_training = model.training
-        model.eval()
         public_x = self.ctx.public_x
         assert public_x is not None
-        size = chunk_size(model, public_x, self.ctx.config.evaluation.batch_size)
-        soft = torch.cat([F.softmax(model(public_x[s:s + size])[1] / self.params.temperature, dim=1)
-                          for s in range(0, len(public_x), size)])
-        model.train(was_training)
-        return soft
+        with eval_mode(model):
+            size = chunk_size(model, public_x, self.ctx.config.evaluation.batch_size)
+            return torch.cat([F.softmax(model(public_x[s:s + size])[1] / self.params.temperature, dim=1)
+                              for s in range(0, len(public_x), size)])
 
-    def aggregate(self, round_index: int, server: Server[Consensus], updates: list[SoftUpdate]) -> None:  # type: ignore[override]
-        server.state.consensus = torch.stack([u.soft for u in updates]).mean(0)
-        super().aggregate(round_index, server, updates)
+    def aggregate(self, round_index: int, server: Server[Consensus], updates: list[Update[torch.Tensor]]) -> Metrics:
+        server.state.consensus = torch.stack([u.payload for u in updates]).mean(0)
+        return super().aggregate(round_index, server, updates)

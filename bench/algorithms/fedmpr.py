@@ -1,6 +1,6 @@
 """FedMPR — Goksu & Pugeault, "Robust Federated Learning in the Face of Covariate Shift: A Magnitude Pruning
 with Hybrid Regularization Framework for Enhanced Model Aggregation", arXiv 2412.15010, 2024
-(specs/fedakd.md §4 FedMPR).
+(pipelines/fedakd/NOTES.md §4 FedMPR).
 
 Local objective: CE + (λ/2)·‖θ‖² over the parameters (λ = ``weight_decay`` = 1e-4: the code's Adam weight
 decay, whose gradient λ·θ this term has), with hybrid regularisation — dropout of rate ``dropout`` on the
@@ -9,13 +9,13 @@ the loop's seeded stream). After local training, global magnitude pruning (:func
 ``prune_fraction`` quantile of |θ| over *all* parameters (BN weights and biases included) is the threshold
 and every smaller entry is set to 0. The server averages the pruned state dicts.
 
-``mode`` [C: FedAKD's ``fedmpr.py``]: ``code`` has no dropout or noise layers and averages with equal
-weights; ``paper`` adds them [I: the paper names dropout and noise injection; the rates 0.2 and 0.1 are
-readings, the spec gives none] and weights by data size (FedAvg) [I]. Prune fraction 0.1 [P Table 6].
+``mode: code`` is FedAKD's ``fedmpr.py`` [C]: no dropout or noise layers, equal aggregation weights (the switches
+of :class:`FedMPRParams`); the paper names dropout and noise injection [I: the rates 0.2 and 0.1 are readings, the
+spec gives none] and FedAvg's data-size weights [I]. Prune fraction 0.1 [P Table 6].
 """
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
@@ -23,21 +23,21 @@ from pydantic import Field
 from torch import nn
 
 from bench.algorithms import register_algorithm
-from bench.algorithms.base import AveragingParams, ParameterAveraging
-from bench.algorithms.modes import ModeParams
+from bench.algorithms.base import AveragingParams, ModelAveraging
+from bench.algorithms.readings import ModeParams, reading
 from bench.engine.loop import Step
-from bench.engine.state import Client, NoState, Server, Update
+from bench.engine.messages import Update
+from bench.engine.state import Client, NoState
 
 
 class FedMPRParams(ModeParams, AveragingParams):
-    MODE_DEFAULTS: ClassVar[dict[str, dict[str, Any]]] = {
-        "paper": {"dropout": 0.2, "input_noise": 0.1, "weighting": "samples"},
-        "code": {"dropout": 0.0, "input_noise": 0.0, "weighting": "uniform"},
-    }
+    """FedMPR's hyperparameters (Table 6) and its readings."""
+
     prune_fraction: float = Field(0.1, ge=0, lt=1, description="quantile of |θ| below which entries are pruned")
     weight_decay: float = Field(1e-4, ge=0, description="λ of the L2 term (λ/2)‖θ‖²")
-    dropout: float = Field(0.2, ge=0, lt=1, description="dropout rate on the features (hybrid regularisation)")
-    input_noise: float = Field(0.1, ge=0, description="std of Gaussian noise on the inputs (hybrid regularisation)")
+    dropout: float = reading(0.2, 0.0, "dropout rate on the features (hybrid regularisation)", ge=0, lt=1)
+    input_noise: float = reading(0.1, 0.0, "std of Gaussian noise on the inputs (hybrid regularisation)", ge=0)
+    weighting: Literal["samples", "uniform"] = reading("samples", "uniform", "aggregation weights n_k, or 1")
 
 
 @torch.no_grad()
@@ -56,7 +56,7 @@ def l2_penalty(params: list[torch.Tensor]) -> torch.Tensor:
 
 
 @register_algorithm("fedmpr")
-class FedMPR(ParameterAveraging[NoState, NoState]):
+class FedMPR(ModelAveraging[NoState, NoState]):
     Params = FedMPRParams
     params: FedMPRParams
 
@@ -71,9 +71,9 @@ class FedMPR(ParameterAveraging[NoState, NoState]):
         loss = F.cross_entropy(logits, y)
         return loss + p.weight_decay * l2_penalty(list(client.model.parameters())) if p.weight_decay else loss
 
-    def local_update(self, round_index: int, server: Server, client: Client) -> tuple[Update, float]:
+    def local_update(self, round_index: int, client: Client[NoState]) -> tuple[Update[None], float]:
         needs_rng = self.params.input_noise or self.params.dropout
         rng = self.ctx.stream("fedmpr-noise", client.cid, round_index) if needs_rng else None
         loss = self.ctx.local_train(client, round_index, self.local_loss, rng=rng)
         magnitude_prune(client.model, self.params.prune_fraction)
-        return Update(client.cid, client.data.num_samples, client.model.state_dict()), loss
+        return self.update(client), loss

@@ -1,5 +1,5 @@
 """FedProto — Tan et al., AAAI 2022, "FedProto: Federated prototype learning across heterogeneous
-clients", as FedHKD adapts it (specs/fedhkd.md §4 FedProto).
+clients", as FedHKD adapts it (pipelines/fedhkd/NOTES.md §4 FedProto).
 
 After local training each client computes its class prototypes, the mean latent R(x) per class over
 its train set (eval mode, no noise, no threshold), and uploads them with its class counts. The server
@@ -42,7 +42,9 @@ from bench.algorithms import register_algorithm
 from bench.algorithms.base import AveragingParams, ParameterAveraging
 from bench.engine.knowledge import ClassStatistics, aggregate_class_statistics, class_statistics, feature_alignment
 from bench.engine.loop import Step
-from bench.engine.state import Client, NoState, Server, Update
+from bench.engine.messages import Update
+from bench.engine.protocol import Metrics
+from bench.engine.state import Client, NoState, Server
 
 
 class FedProtoParams(AveragingParams):
@@ -59,23 +61,20 @@ class Prototypes(NoState):
     prototypes: ClassStatistics | None = None
 
 
-@dataclass
-class PrototypeUpdate(Update):
-    prototypes: ClassStatistics  # the client's class prototypes and counts
-
-
 @register_algorithm("fedproto")
-class FedProto(ParameterAveraging[Prototypes, Prototypes]):
+class FedProto(ParameterAveraging[Prototypes, Prototypes, ClassStatistics | None, ClassStatistics]):
+    """Both messages carry prototypes besides the model: the global ones down, the client's class prototypes and
+    counts up."""
+
     Params = FedProtoParams
     params: FedProtoParams
     ClientState = ServerState = Prototypes
 
-    def broadcast(self, server: Server[Prototypes], client: Client[Prototypes]) -> None:
-        super().broadcast(server, client)
-        client.state.prototypes = server.state.prototypes
+    def broadcast_payload(self, round_index: int, server: Server[Prototypes], cid: int) -> ClassStatistics | None:
+        return server.state.prototypes
 
-    def broadcast_payload(self, server: Server[Prototypes], client: Client[Prototypes]) -> object:
-        return super().broadcast_payload(server, client), server.state.prototypes
+    def receive_payload(self, client: Client[Prototypes], payload: ClassStatistics | None) -> None:
+        client.state.prototypes = payload
 
     def local_loss(self, step: Step, client: Client[Prototypes], x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         features, logits = client.model(x)
@@ -85,12 +84,10 @@ class FedProto(ParameterAveraging[Prototypes, Prototypes]):
             return loss
         return loss + self.params.lam * feature_alignment(features, y, prototypes, self.params.distance)
 
-    def local_update(self, round_index: int, server: Server[Prototypes],
-                     client: Client[Prototypes]) -> tuple[PrototypeUpdate, float]:
-        update, loss = super().local_update(round_index, server, client)
-        return PrototypeUpdate(update.cid, update.num_samples, update.state,
-                               class_statistics(client.model, client.data.x, client.data.y, self.ctx.num_classes)), loss
+    def update_payload(self, client: Client[Prototypes]) -> ClassStatistics:
+        return class_statistics(client.model, client.data.x, client.data.y, self.ctx.num_classes)
 
-    def aggregate(self, round_index: int, server: Server[Prototypes], updates: list[PrototypeUpdate]) -> None:  # type: ignore[override]
+    def aggregate(self, round_index: int, server: Server[Prototypes], updates: list[Update[ClassStatistics]]) -> Metrics:
         super().aggregate(round_index, server, updates)
-        server.state.prototypes = aggregate_class_statistics([u.prototypes for u in updates], self.params.proto_agg)
+        server.state.prototypes = aggregate_class_statistics([u.payload for u in updates], self.params.proto_agg)
+        return {}

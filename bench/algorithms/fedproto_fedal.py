@@ -1,4 +1,4 @@
-"""FedProto as the FedAL paper adapts it (specs/fedal.md §3.2.2): "clients and the server conduct KD
+"""FedProto as the FedAL paper adapts it (pipelines/fedal/NOTES.md §3.2.2): "clients and the server conduct KD
 using the intermediate features before the fully-connected layer of client models, instead of model
 outputs in FedMD", on the unlabelled public set, τ = 1.
 
@@ -28,8 +28,9 @@ import torch.nn.functional as F
 from pydantic import Field
 
 from bench.algorithms import register_algorithm
-from bench.algorithms.knowledge_transfer import KnowledgeTransfer, PublicOutputs, Served, TransferParams
+from bench.algorithms.knowledge_transfer import KnowledgeTransfer, PublicOutputs, TransferParams
 from bench.engine.loop import Step
+from bench.engine.protocol import Metrics
 from bench.engine.state import Client, NoState, Server
 from bench.errors import BenchError
 from bench.models import build_model
@@ -45,14 +46,14 @@ def feature_distance(features: torch.Tensor, target: torch.Tensor) -> torch.Tens
     return F.mse_loss(features, target)
 
 
-@dataclass
+@dataclass(frozen=True)
 class FeatureUpload:
     """A client's features φ_n(x) on the public batch (B × d)."""
 
     features: torch.Tensor
 
 
-@dataclass
+@dataclass(frozen=True)
 class FeatureReply:
     """The mean φ̄ over the round's ``clients`` clients."""
 
@@ -61,7 +62,9 @@ class FeatureReply:
 
 
 @register_algorithm("fedproto_fedal")
-class FedProtoFedAL(KnowledgeTransfer[NoState, NoState]):
+class FedProtoFedAL(KnowledgeTransfer[NoState, NoState, FeatureUpload, FeatureReply]):
+    """Up: each client's features on the public batch; down: their mean."""
+
     Params = FedProtoFedALParams
     params: FedProtoFedALParams
 
@@ -77,17 +80,16 @@ class FedProtoFedAL(KnowledgeTransfer[NoState, NoState]):
                              f"clients' architectures have {dims} (FedAL does not run it on SVHN's WRN mix)")
         return super().init_server()
 
-    def upload(self, client: Client[NoState], outputs: PublicOutputs) -> object:
+    def upload(self, client: Client[NoState], outputs: PublicOutputs) -> FeatureUpload:
         return FeatureUpload(outputs.features.detach())
 
-    def serve(self, round_index: int, server: Server[NoState], clients: list[Client[NoState]], x: torch.Tensor,
-              uploads: list[object]) -> Served:
-        mean = torch.stack([u.features for u in uploads]).mean(0)  # type: ignore[attr-defined]
-        return [FeatureReply(mean, len(clients)) for _ in clients], {}
+    def serve(self, round_index: int, server: Server[NoState], cids: list[int], x: torch.Tensor,
+              uploads: list[FeatureUpload]) -> tuple[list[FeatureReply], Metrics]:
+        mean = torch.stack([u.features for u in uploads]).mean(0)
+        return [FeatureReply(mean, len(cids)) for _ in cids], {}
 
     def transfer_loss(self, step: Step, client: Client[NoState], x: torch.Tensor, outputs: PublicOutputs,
-                      reply: object) -> torch.Tensor:
-        assert isinstance(reply, FeatureReply)
+                      reply: FeatureReply) -> torch.Tensor:
         own = outputs.features.detach()
         n = reply.clients
         target = (n * reply.mean - own) / (n - 1) if self.params.teacher == "others" else reply.mean

@@ -1,8 +1,8 @@
 """FedProx — Li et al., "Federated optimization in heterogeneous networks", MLSys 2020.
 
 Local objective:  CE(w) + (μ/2)·‖w − w^t‖²  over trainable parameters (not BN buffers), with w^t
-the frozen global model received this round (specs/fedhkd.md §4, specs/dafkd.md §2.2). Server:
-FedAvg. Default μ = 0.01 (specs/dafkd.md §2.2 [I]); FedHKD's tables use μ = 0.5.
+the frozen global model received this round (pipelines/fedhkd/NOTES.md §4, pipelines/dafkd/NOTES.md §2.2). Server:
+FedAvg. Default μ = 0.01 (pipelines/dafkd/NOTES.md §2.2 [I]); FedHKD's tables use μ = 0.5.
 """
 from __future__ import annotations
 
@@ -12,9 +12,10 @@ import torch
 from pydantic import Field
 
 from bench.algorithms import register_algorithm
-from bench.algorithms.base import AveragingParams, ParameterAveraging
+from bench.algorithms.base import AveragingParams, ModelAveraging
 from bench.engine.loop import Step
-from bench.engine.state import Client, NoState, Server
+from bench.engine.messages import ModelBroadcast
+from bench.engine.state import Client, NoState
 
 
 class FedProxParams(AveragingParams):
@@ -32,14 +33,14 @@ def proximal_term(params: list[torch.Tensor], global_params: list[torch.Tensor])
 
 
 @register_algorithm("fedprox")
-class FedProx(ParameterAveraging[FedProxClient, NoState]):
+class FedProx(ModelAveraging[FedProxClient, NoState]):
     Params = FedProxParams
     params: FedProxParams
     ClientState = FedProxClient
     resident_models = 2  # the local model and the frozen global copy w^t
 
-    def broadcast(self, server: Server, client: Client[FedProxClient]) -> None:
-        super().broadcast(server, client)
+    def receive_broadcast(self, client: Client[FedProxClient], message: ModelBroadcast[None]) -> None:
+        super().receive_broadcast(client, message)
         client.state.global_params = [p.detach().clone() for p in client.model.parameters()]
 
     def local_loss(self, step: Step, client: Client[FedProxClient], x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:

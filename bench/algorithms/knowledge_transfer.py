@@ -1,4 +1,4 @@
-"""The round of black-box knowledge transfer on a shared public set (specs/fedal.md §2.2, §3.2): the
+"""The round of black-box knowledge transfer on a shared public set (pipelines/fedal/NOTES.md §2.2, §3.2): the
 protocol FedAL and its black-box baselines (FedMD as FedAL runs it, FedProto adapted, CFD, FCCL, FCCL+)
 share; each method is one subclass that says what is sent and what each side minimises.
 
@@ -12,26 +12,33 @@ A round has two stages of τ iterations each (τ = ``training.local_steps``; the
   on across rounds). Each client forwards it once in train mode (:meth:`forward_public`) and uploads a
   typed message (:meth:`upload`: its logits, features, ...); the server answers each client
   (:meth:`serve`); each client takes one optimiser step on :meth:`transfer_loss`, built on the same
-  forward pass (specs/fedal.md A4), through its :class:`~bench.engine.loop.Loop`.
+  forward pass (pipelines/fedal/NOTES.md A4), through its :class:`~bench.engine.loop.Loop`.
 
-``public_first`` (FCCL's official order) runs the global stage before the local one. Every message
-goes through the run's communication ledger. Clients' architectures may differ: nothing but the
-messages crosses between them (no parameters, no architectures). The client optimiser is the config's
+``public_first`` (FCCL's official order) runs the global stage before the local one. The round is two phases
+(:mod:`bench.engine.protocol`): an exchange in which nothing crosses (the local stage) and a lockstep stage whose
+messages the runner counts. Clients' architectures may differ: nothing but the messages crosses between them (no
+parameters, no architectures). The client optimiser is the config's
 (``training.optimizer``): with ``persistent: true`` one optimiser per client serves both stages and
-every round (specs/fedal.md A9 default); with ``persistent: false`` it is re-created at every stage.
+every round (pipelines/fedal/NOTES.md A9 default); with ``persistent: false`` it is re-created at every stage.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import ClassVar, Generic
+from typing import ClassVar, Generic, TypeVar
 
 import torch
 from pydantic import Field
 
 from bench.algorithms.base import Algorithm, AlgorithmParams
+from bench.engine.ledger import Message
 from bench.engine.loop import Loop, Step
+from bench.engine.protocol import Exchange, Lockstep, Metrics, Phase
 from bench.engine.state import Client, ClientStateT, Server, ServerStateT
 from bench.errors import BenchError
+
+UploadT = TypeVar("UploadT", bound=Message)  # what a client sends for a public batch
+ReplyT = TypeVar("ReplyT", bound=Message)  # what the server answers each client
 
 
 class TransferParams(AlgorithmParams):
@@ -48,19 +55,17 @@ class PublicOutputs:
     logits: torch.Tensor
 
 
-@dataclass
+@dataclass(frozen=True)
 class LogitsUpload:
     """A client's logits f_n(x) on the public batch (B × K): FedMD's and FedAL's upstream message."""
 
     logits: torch.Tensor
 
 
-Served = tuple[list[object], dict[str, float]]
-"""What the server answers: one message per client (in the clients' order) and its own metrics."""
-
-
-class KnowledgeTransfer(Algorithm[ClientStateT, ServerStateT], Generic[ClientStateT, ServerStateT]):
-    """Two stages of τ iterations per round (module docstring); subclasses define the messages and losses."""
+class KnowledgeTransfer(Algorithm[ClientStateT, ServerStateT, None, None], Generic[ClientStateT, ServerStateT,
+                                                                                   UploadT, ReplyT]):
+    """Two stages of τ iterations per round (module docstring); subclasses define the messages (``UploadT`` up,
+    ``ReplyT`` down) and the losses."""
 
     Params = TransferParams
     params: TransferParams
@@ -87,97 +92,73 @@ class KnowledgeTransfer(Algorithm[ClientStateT, ServerStateT], Generic[ClientSta
 
     # -- one round ------------------------------------------------------------------------------
 
-    def run_round(self, round_index: int, server: Server[ServerStateT],
-                  clients: list[Client[ClientStateT]]) -> dict[str, float]:
-        if len(clients) < self.min_clients():
-            raise BenchError(f"{self.name} needs at least {self.min_clients()} clients in a round, got {len(clients)}; "
-                             "raise partition.num_clients or participation.fraction")
-        self.prepare(round_index, server, clients)
-        stages = (self.public_stage, self.local_stage) if self.public_first else (self.local_stage, self.public_stage)
-        metrics: dict[str, float] = {}
-        for stage in stages:
-            metrics.update(stage(round_index, server, clients))
-        return metrics
+    def phases(self, round_index: int) -> Sequence[Phase[ClientStateT, ServerStateT]]:
+        steps = self.global_steps
+        public = self.ctx.shared_public(self.params.public_batch_size, "transfer")
+        local = Exchange(self.broadcast, self.client_update, self.aggregate)
+        transfer = Lockstep(steps, lambda i: public.batch((round_index - 1) * steps + i), self.start_public,
+                            self.forward_public, self.upload, self.serve, self.transfer_loss,
+                            min_clients=self.min_clients())
+        return [transfer, local] if self.public_first else [local, transfer]
 
     def min_clients(self) -> int:
         """Clients a round needs (a leave-one-out teacher needs 2)."""
         return 1
 
-    def prepare(self, round_index: int, server: Server[ServerStateT], clients: list[Client[ClientStateT]]) -> None:
-        """Work before the round's stages (FCCL's pre-training of a client at its first round)."""
+    # -- local training: nothing crosses --------------------------------------------------------
 
-    def local_stage(self, round_index: int, server: Server[ServerStateT],
-                    clients: list[Client[ClientStateT]]) -> dict[str, float]:
-        self.before_local(round_index, clients)
-        losses = [self.ctx.local_train(c, round_index, self.local_loss) for c in clients]
-        self.after_local(round_index, clients)
-        return {"train_loss": sum(losses) / len(losses)}
+    def broadcast(self, round_index: int, server: Server[ServerStateT], cid: int) -> None:
+        return None
 
-    def before_local(self, round_index: int, clients: list[Client[ClientStateT]]) -> None:
-        """Hook at the start of the local stage (FedAL's snapshot θ^{t,0})."""
+    def update(self, client: Client[ClientStateT]) -> None:
+        return None
 
-    def after_local(self, round_index: int, clients: list[Client[ClientStateT]]) -> None:
-        """Hook at the end of the local stage (FCCL's previous-round model)."""
+    def local_update(self, round_index: int, client: Client[ClientStateT]) -> tuple[None, float]:
+        self.before_local(round_index, client)
+        loss = self.ctx.local_train(client, round_index, self.local_loss)
+        self.after_local(round_index, client)
+        return None, loss
 
-    def before_public(self, round_index: int, clients: list[Client[ClientStateT]]) -> None:
-        """Hook at the start of the global stage (FedAL's snapshot θ^{t+½,0})."""
+    def before_local(self, round_index: int, client: Client[ClientStateT]) -> None:
+        """Hook at the start of the client's local stage (FedAL's snapshot θ^{t,0})."""
 
-    def public_stage(self, round_index: int, server: Server[ServerStateT],
-                     clients: list[Client[ClientStateT]]) -> dict[str, float]:
-        """τ lockstep iterations: every client forwards batch g, uploads, the server answers, each client steps."""
-        self.before_public(round_index, clients)
-        steps = self.global_steps
-        public = self.ctx.shared_public(self.params.public_batch_size, "transfer")
-        loops = [self.public_loop(c, round_index) for c in clients]
-        ledger = self.ctx.ledger
-        losses: list[float] = []
-        served: dict[str, list[float]] = {}
-        for i in range(steps):
-            x = public.batch((round_index - 1) * steps + i)
-            outputs = [self.forward_public(c, x) for c in clients]
-            uploads = [self.upload(c, out) for c, out in zip(clients, outputs)]
-            for message in uploads:
-                ledger.up(message)
-            replies, metrics = self.serve(round_index, server, clients, x, uploads)
-            for message in replies:
-                ledger.down(message)
-            for name, value in metrics.items():
-                served.setdefault(name, []).append(value)
-            for client, loop, out, reply in zip(clients, loops, outputs, replies):
-                losses.append(loop.run([x], lambda step, batch, c=client, o=out, r=reply:
-                                       self.transfer_loss(step, c, batch, o, r)))
-        return {"transfer_loss": sum(losses) / len(losses), **{k: sum(v) / len(v) for k, v in served.items()}}
+    def after_local(self, round_index: int, client: Client[ClientStateT]) -> None:
+        """Hook at the end of the client's local stage (FCCL's previous-round model)."""
 
-    def public_loop(self, client: Client[ClientStateT], round_index: int) -> Loop:
-        """The loop of the client's global-stage steps: its own optimiser (FCCL may use a fresh one)."""
+    # -- global knowledge transfer ----------------------------------------------------------------
+
+    def start_public(self, round_index: int, client: Client[ClientStateT]) -> Loop:
+        """The client's start of the global stage: its loop for the stage's steps, its own optimiser (FedAL takes
+        its snapshot θ^{t+½,0} first, FCCL may pre-train or use a fresh optimiser)."""
         return self.ctx.client_loop(client, round_index)
 
-    # -- what a method defines ------------------------------------------------------------------
-
     def forward_public(self, client: Client[ClientStateT], x: torch.Tensor) -> PublicOutputs:
-        """The client's one train-mode forward pass on the public batch (specs/fedal.md A4)."""
+        """The client's one train-mode forward pass on the public batch (pipelines/fedal/NOTES.md A4)."""
         client.model.train()
         features, logits = client.model(x)
         return PublicOutputs(features, logits)
 
-    def upload(self, client: Client[ClientStateT], outputs: PublicOutputs) -> object:
-        """What the client sends: its logits on the public batch (FedMD, FedAL, CFD, FCCL)."""
-        return LogitsUpload(outputs.logits.detach())
+    def upload(self, client: Client[ClientStateT], outputs: PublicOutputs) -> UploadT:
+        """What the client sends for the public batch (FedMD, FedAL, CFD, FCCL: its logits, :class:`LogitsUpload`)."""
+        raise NotImplementedError
 
-    def serve(self, round_index: int, server: Server[ServerStateT], clients: list[Client[ClientStateT]],
-              x: torch.Tensor, uploads: list[object]) -> Served:
-        """The server's answer to each client for the public batch ``x`` (public: the server holds it too),
-        and its metrics for the round."""
+    def serve(self, round_index: int, server: Server[ServerStateT], cids: list[int], x: torch.Tensor,
+              uploads: list[UploadT]) -> tuple[list[ReplyT], Metrics]:
+        """The server's answer to each client (``cids``, in the uploads' order) for the public batch ``x`` (public:
+        the server holds it too), and its metrics for the round."""
         raise NotImplementedError
 
     def transfer_loss(self, step: Step, client: Client[ClientStateT], x: torch.Tensor, outputs: PublicOutputs,
-                      reply: object) -> torch.Tensor:
+                      reply: ReplyT) -> torch.Tensor:
         """The client's global-stage objective, built on ``outputs`` (its forward pass of this iteration)."""
         raise NotImplementedError
 
 
-def stacked_logits(uploads: list[object]) -> torch.Tensor:
+def logits_upload(outputs: PublicOutputs) -> LogitsUpload:
+    """The usual upload: the client's logits on the public batch, detached."""
+    return LogitsUpload(outputs.logits.detach())
+
+
+def stacked_logits(uploads: list[LogitsUpload]) -> torch.Tensor:
     """The uploaded logits as one N × B × K tensor, in the clients' order."""
-    if not all(isinstance(u, LogitsUpload) for u in uploads):
-        raise TypeError("stacked_logits needs LogitsUpload messages")
-    return torch.stack([u.logits for u in uploads])  # type: ignore[attr-defined]
+    return torch.stack([u.logits for u in uploads])

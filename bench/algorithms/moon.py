@@ -1,5 +1,5 @@
 """MOON — Li, He, Song, "Model-contrastive federated learning", CVPR 2021, as FedHKD compares it
-(specs/fedhkd.md §4 MOON, §5.5).
+(pipelines/fedhkd/NOTES.md §4 MOON, §5.5).
 
 Local objective: CE + μ·ℓ_con with, averaged over the batch,
 ℓ_con = −log[ e^{cos(z, z_glob)/τ} / (e^{cos(z, z_glob)/τ} + e^{cos(z, z_prev)/τ}) ],
@@ -30,9 +30,10 @@ from pydantic import Field
 from torch import nn
 
 from bench.algorithms import register_algorithm
-from bench.algorithms.base import AveragingParams, ParameterAveraging
+from bench.algorithms.base import AveragingParams, ModelAveraging
 from bench.engine.loop import Step
-from bench.engine.state import Client, NoState, Server, Update
+from bench.engine.messages import ModelBroadcast, Update
+from bench.engine.state import Client, NoState
 
 
 class MoonParams(AveragingParams):
@@ -57,7 +58,7 @@ class MoonClient(NoState):
 
 
 @register_algorithm("moon")
-class Moon(ParameterAveraging[MoonClient, NoState]):
+class Moon(ModelAveraging[MoonClient, NoState]):
     Params = MoonParams
     params: MoonParams
     ClientState = MoonClient
@@ -70,15 +71,15 @@ class Moon(ParameterAveraging[MoonClient, NoState]):
             p.grad = None  # deepcopy also copies the last step's .grad
         return copied.train(self.params.frozen_mode == "train")
 
-    def broadcast(self, server: Server, client: Client[MoonClient]) -> None:
+    def receive_broadcast(self, client: Client[MoonClient], message: ModelBroadcast[None]) -> None:
         client.state.prev_model = self._frozen(client.model)
-        super().broadcast(server, client)
+        super().receive_broadcast(client, message)
         client.state.global_model = self._frozen(client.model)
 
-    def local_update(self, round_index: int, server: Server, client: Client[MoonClient]) -> tuple[Update, float]:
+    def local_update(self, round_index: int, client: Client[MoonClient]) -> tuple[Update[None], float]:
         """Local training; the frozen copies are held only meanwhile."""
         try:
-            return super().local_update(round_index, server, client)
+            return super().local_update(round_index, client)
         finally:
             client.state.prev_model = client.state.global_model = None
 

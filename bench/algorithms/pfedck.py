@@ -1,5 +1,5 @@
 """pFedCK — Zhang & Shi, "A Personalized Federated Learning Method Based on Clustering and Knowledge
-Distillation", Electronics 13(5):857, 2024 (specs/fedakd.md §4 pFedCK). No code and no hyperparameters
+Distillation", Electronics 13(5):857, 2024 (pipelines/fedakd/NOTES.md §4 pFedCK). No code and no hyperparameters
 were published; every choice below is a reading [I] of the spec's summary, each a parameter.
 
 Each client holds a personalised model P_k (kept locally, evaluated as its model) and an interactive
@@ -10,15 +10,15 @@ model I_k (shared). One local pass trains both on each batch with mutual distill
 
 (KD as FedAKD's, τ = 1; h the features; each model's teacher is the other, frozen for its step; λ = μ = 1).
 The client uploads I_k. The server clusters the clients by the cosine similarity of their interactive-model
-updates ΔI_k (:func:`cluster_updates`: agglomerative, average linkage, ``clusters`` = 3 groups, deterministic)
-and gives each client the data-size-weighted average of the interactive models of its cluster; the global
-model (reported as ``global_acc``) is the average over all clients. Each client's cluster is recorded every
-round (``cluster``).
+updates ΔI_k (I_k less the model the server sent it; :func:`cluster_updates`: agglomerative, average linkage,
+``clusters`` = 3 groups, deterministic) and keeps the data-size-weighted average of the interactive models of each
+cluster; the global model (reported as ``global_acc``) is the average over all clients. When a client takes part
+the server sends it its cluster's average as it last computed it (before the client belongs to a cluster, the
+global model), and the client's I_k starts from it. Each client's cluster is recorded every round (``cluster``).
 """
 from __future__ import annotations
 
-import copy
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
@@ -27,9 +27,10 @@ from torch import nn
 
 from bench.algorithms import register_algorithm
 from bench.algorithms.base import Algorithm, AlgorithmParams
-from bench.algorithms.fedakd import kd_loss
 from bench.engine.aggregate import load_state, weighted_average
+from bench.engine.distillation import kd_loss
 from bench.engine.loop import Loop, Step
+from bench.engine.protocol import Metrics
 from bench.engine.state import Client, NoState, Server
 from bench.engine.vectors import flatten, state_keys
 
@@ -67,30 +68,49 @@ def cluster_updates(updates: list[torch.Tensor], clusters: int) -> list[int]:
 
 @dataclass
 class PFedCKClient(NoState):
-    interactive: nn.Module | None = None  # I_k: the shared model, its cluster's average as received
+    interactive: nn.Module | None = None  # I_k: the shared model, as received at the round's start and trained
     optimizer: torch.optim.Optimizer | None = None  # I_k's optimiser (reset each round unless persistent)
-    cluster: int = 0
+
+
+@dataclass
+class Clusters(NoState):
+    """Each cluster's average interactive model from the last round, and each client's cluster."""
+
+    models: list[dict[str, torch.Tensor]] = field(default_factory=list)
+    membership: dict[int, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class InteractiveModel:
+    """What the server sends a client: the interactive model its I_k starts from."""
+
+    state: dict[str, torch.Tensor]
+
+
+@dataclass(frozen=True)
+class InteractiveUpdate:
+    """A client's upload: its trained I_k and its train-split size."""
+
+    cid: int
+    num_samples: int
+    state: dict[str, torch.Tensor]
 
 
 @register_algorithm("pfedck")
-class PFedCK(Algorithm[PFedCKClient, NoState]):
+class PFedCK(Algorithm[PFedCKClient, Clusters, InteractiveModel, InteractiveUpdate]):
+    """Down: the client's cluster's interactive model; up: its trained I_k."""
+
     Params = PFedCKParams
     params: PFedCKParams
     ClientState = PFedCKClient
+    ServerState = Clusters
     resident_models = 2  # the personalised and the interactive model
 
-    def interactive(self, server: Server, client: Client[PFedCKClient]) -> nn.Module:
-        """I_k, a copy of the initial global model before the first round."""
-        state = client.state
-        if state.interactive is None:
-            assert server.model is not None
-            state.interactive = copy.deepcopy(server.model)
-        return state.interactive
-
-    def local_pass(self, round_index: int, server: Server, client: Client[PFedCKClient]) -> float:
+    def local_pass(self, round_index: int, client: Client[PFedCKClient]) -> float:
         """One pass of mutual distillation over the train split; the mean of L_P."""
         p, state = self.params, client.state
-        personal, interactive = client.model, self.interactive(server, client)
+        personal, interactive = client.model, state.interactive
+        assert interactive is not None
         personal.train()
         interactive.train()
         if state.optimizer is None or not self.ctx.config.training.optimizer.persistent:
@@ -117,23 +137,48 @@ class PFedCK(Algorithm[PFedCKClient, NoState]):
             i_loop.run([batch], interactive_step)
         return sum(losses) / max(len(losses), 1)
 
-    def run_round(self, round_index: int, server: Server, clients: list[Client[PFedCKClient]]) -> dict[str, float]:
+    # -- the round -------------------------------------------------------------------------------
+
+    def sent(self, server: Server[Clusters], cid: int) -> dict[str, torch.Tensor]:
+        """The interactive model the server sends client ``cid``: its cluster's, or the global model."""
+        cluster = server.state.membership.get(cid)
+        if cluster is None:
+            assert server.model is not None
+            return server.model.state_dict()
+        return server.state.models[cluster]
+
+    def broadcast(self, round_index: int, server: Server[Clusters], cid: int) -> InteractiveModel:
+        return InteractiveModel(self.sent(server, cid))
+
+    def receive_broadcast(self, client: Client[PFedCKClient], message: InteractiveModel) -> None:
+        if client.state.interactive is None:
+            client.state.interactive = self.ctx.build_model("pfedck-interactive", client.cid)
+        load_state(client.state.interactive, message.state)
+
+    def local_update(self, round_index: int, client: Client[PFedCKClient]) -> tuple[InteractiveUpdate, float]:
+        loss = self.local_pass(round_index, client)
+        assert client.state.interactive is not None
+        return InteractiveUpdate(client.cid, client.data.num_samples,
+                                 {k: v.clone() for k, v in client.state.interactive.state_dict().items()}), loss
+
+    def aggregate(self, round_index: int, server: Server[Clusters], updates: list[InteractiveUpdate]) -> Metrics:
+        """The clusters of the updates ΔI_k, each cluster's average, and the global model over all clients."""
         assert server.model is not None
         keys = state_keys(server.model)
-        starts = [flatten(self.interactive(server, c).state_dict(), keys) for c in clients]
-        losses = [self.local_pass(round_index, server, c) for c in clients]
-        states = [{k: v.clone() for k, v in self.interactive(server, c).state_dict().items()} for c in clients]
-        updates = [flatten(state, keys) - start for state, start in zip(states, starts)]
-        labels = cluster_updates(updates, self.params.clusters)
-        sizes = [float(c.data.num_samples) for c in clients]
+        states = [u.state for u in updates]
+        deltas = [flatten(u.state, keys) - flatten(self.sent(server, u.cid), keys) for u in updates]
+        labels = cluster_updates(deltas, self.params.clusters)
+        sizes = [float(u.num_samples) for u in updates]
+        models = []
         for label in sorted(set(labels)):
             members = [i for i, lab in enumerate(labels) if lab == label]
-            average = weighted_average([states[i] for i in members], [sizes[i] for i in members])
+            models.append(weighted_average([states[i] for i in members], [sizes[i] for i in members]))
             for i in members:
-                load_state(self.interactive(server, clients[i]), average)
-                clients[i].state.cluster = label
+                server.state.membership[updates[i].cid] = label
+        server.state.models = models
         load_state(server.model, weighted_average(states, sizes))
-        return {"train_loss": sum(losses) / len(losses), "clusters": float(len(set(labels)))}
+        return {"clusters": float(len(set(labels)))}
 
-    def client_records(self, server: Server, clients: list[Client[PFedCKClient]]) -> dict[str, dict[int, float]]:
-        return {"cluster": {c.cid: float(c.state.cluster) for c in clients}}
+    def client_records(self, server: Server[Clusters], clients: list[Client[PFedCKClient]]) -> dict[str, dict[int, float]]:
+        membership = server.state.membership
+        return {"cluster": {c.cid: float(membership[c.cid]) for c in clients if c.cid in membership}}

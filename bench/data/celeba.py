@@ -1,4 +1,4 @@
-"""CelebA in LEAF's federated form (specs/fedal.md §4.1): one client per celebrity (LEAF user),
+"""CelebA in LEAF's federated form (pipelines/fedal/NOTES.md §4.1): one client per celebrity (LEAF user),
 binary task "Smiling", images resized to 84x84 RGB as LEAF's reference model loads them.
 
 Inputs in ``<data_dir>/raw/celeba/``: ``img_align_celeba.zip`` (the official aligned images,

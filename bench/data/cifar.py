@@ -1,5 +1,5 @@
-"""CIFAR-10 and CIFAR-100 from the official python tarballs (specs/fedal.md §4.1, specs/fedhkd.md
-§5.1, specs/fedakd.md §2.1). The batches are read from the verified tarball in place; CIFAR-100
+"""CIFAR-10 and CIFAR-100 from the official python tarballs (pipelines/fedal/NOTES.md §4.1, pipelines/fedhkd/NOTES.md
+§5.1, pipelines/fedakd/NOTES.md §2.1). The batches are read from the verified tarball in place; CIFAR-100
 uses the 100 fine labels.
 
 torchvision's layouts are found too (``torchvision.datasets.CIFAR10(root, download=True)``): the

@@ -1,4 +1,4 @@
-"""CINIC-10 (specs/fedal.md §4.1): 90,000 train / 90,000 test 32x32 PNGs in ``<split>/<class>/``
+"""CINIC-10 (pipelines/fedal/NOTES.md §4.1): 90,000 train / 90,000 test 32x32 PNGs in ``<split>/<class>/``
 folders inside the official tarball, read in place; the ``valid`` split is unused. Images are
 ordered by path, so the prepared arrays do not depend on the archive's member order."""
 from __future__ import annotations

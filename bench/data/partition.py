@@ -4,7 +4,7 @@ A partitioner is a pure function ``(labels, num_clients, rng, params, **inputs) 
 arrays`` registered under a scheme name with a pydantic model of its parameters. A scheme that
 needs more than the train labels names them in ``register_partitioner(..., needs=...)`` and gets
 them as keyword arguments (see :data:`INPUTS`: ``seed``, ``test_labels``, ``features``,
-``groups``, ``test_groups``). A scheme that builds its own per-client local test sets returns a
+``groups``, ``test_groups``, ``domains``). A scheme that builds its own per-client local test sets returns a
 :class:`Split` instead of a list. :func:`make_partition` adds each client's local test split
 (unless the scheme made one) and the statistics. The same ``(scheme, params, seed)`` always
 yields the same arrays and so the same sha256.
@@ -44,8 +44,9 @@ class Split:
 PartitionFn = Callable[..., "Indices | Split"]
 
 # Extra inputs a scheme may ask for: the run seed, the test-split labels, the train images
-# (uint8 N x C x H x W), and the per-sample group ids of the train and test splits (LEAF users).
-INPUTS = ("seed", "test_labels", "features", "groups", "test_groups")
+# (uint8 N x C x H x W), the per-sample group ids of the train and test splits (LEAF users), and the
+# per-sample domain ids of the train split (bench/data/domain_partitions.py).
+INPUTS = ("seed", "test_labels", "features", "groups", "test_groups", "domains")
 
 
 @dataclass(frozen=True)
@@ -137,7 +138,7 @@ def dirichlet(labels: np.ndarray, num_clients: int, rng: np.random.Generator, pa
 
 def _dirichlet_per_class(labels: np.ndarray, num_clients: int, params: DirichletParams,
                          rng: np.random.Generator) -> Indices:
-    """NIID-Bench / FedML "hetero" partitioner (specs/dafkd.md §3.2, specs/fedhkd.md §5.2): for each
+    """NIID-Bench / FedML "hetero" partitioner (pipelines/dafkd/NOTES.md §3.2, pipelines/fedhkd/NOTES.md §5.2): for each
     class draw p ~ Dir_K(alpha), zero the share of clients already holding N/K samples (``balance``),
     cut the shuffled class at the cumulative shares; redraw everything until every client holds at
     least ``min_size`` samples. Client sizes are unequal."""
@@ -162,7 +163,7 @@ def _dirichlet_per_class(labels: np.ndarray, num_clients: int, params: Dirichlet
 
 def _dirichlet_per_client(labels: np.ndarray, num_clients: int, alpha: float,
                           rng: np.random.Generator) -> Indices:
-    """FedAL default (specs/fedal.md §4.2): each client draws class proportions q ~ Dir_C(alpha) and
+    """FedAL default (pipelines/fedal/NOTES.md §4.2): each client draws class proportions q ~ Dir_C(alpha) and
     gets m = floor(N / K) samples drawn by those proportions without replacement; when a class runs
     out, q is renormalised over the classes left and the shortfall redrawn. Leftovers are dropped."""
     classes = np.unique(labels)
@@ -329,7 +330,7 @@ def partition_dataset(data: PreparedDataset, scheme: str, num_clients: int, seed
                       params: dict[str, Any] | None = None, local_test_fraction: float = 0.0,
                       public_size: int = 0) -> Partition:
     """Partition a loaded prepared dataset: every input a scheme may need (test labels, images, LEAF
-    groups) comes from the dataset itself. With ``public_size``, that many training images are first
+    groups, domains) comes from the dataset itself. With ``public_size``, that many training images are first
     drawn (stream ``(seed, "public")``) as the unlabelled public set and the rest are partitioned."""
     n = len(data.train_y)
     if public_size >= n:
@@ -337,9 +338,10 @@ def partition_dataset(data: PreparedDataset, scheme: str, num_clients: int, seed
     public = numpy_stream(seed, "public").choice(n, size=public_size, replace=False) if public_size else None
     keep = np.setdiff1d(np.arange(n), public) if public is not None else slice(None)
     groups = None if data.train_group is None else data.train_group[keep]
+    domains = None if data.train_domain is None else data.train_domain[keep]
     part = make_partition(data.train_y[keep], data.num_classes, scheme, num_clients, seed, params,
                           local_test_fraction, test_labels=data.test_y, features=data.train_x[keep], groups=groups,
-                          test_groups=data.test_group)
+                          test_groups=data.test_group, domains=domains)
     if public is not None:  # indices of the kept subset -> indices of the train split
         part.train = [keep[p] for p in part.train]
         if part.local_test_source == "train":

@@ -2,7 +2,9 @@
 
 A prepared dataset is a folder ``<data_dir>/prepared/<name>/`` holding ``train_x.npy`` and
 ``test_x.npy`` (uint8, N x C x H x W), ``train_y.npy`` and ``test_y.npy`` (int64), optionally
-``train_group.npy`` / ``test_group.npy`` (int64 per-sample group id, e.g. the LEAF user), and
+``train_group.npy`` / ``test_group.npy`` (int64 per-sample group id, e.g. the LEAF user),
+``train_domain.npy`` / ``test_domain.npy`` (int64 per-sample domain id, e.g. the visual style of
+``domaindigits``, whose table the dataset keeps in ``source["domains"]``), and
 ``manifest.json`` with each array's sha256, shape and dtype plus the dataset's metadata. Arrays are
 verified against the manifest on load, so a corrupted cache is refused rather than used.
 """
@@ -20,7 +22,7 @@ from bench.errors import BenchError
 from bench.fileio import canonical_json, sha256_array, sha256_bytes, write_json, write_npy
 
 FORMAT_VERSION = 1
-ARRAYS = ("train_x", "train_y", "test_x", "test_y", "train_group", "test_group")
+ARRAYS = ("train_x", "train_y", "test_x", "test_y", "train_group", "test_group", "train_domain", "test_domain")
 
 
 @dataclass
@@ -35,6 +37,8 @@ class PreparedDataset:
     std: tuple[float, ...]
     train_group: np.ndarray | None = None
     test_group: np.ndarray | None = None
+    train_domain: np.ndarray | None = None
+    test_domain: np.ndarray | None = None
     source: dict[str, object] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -46,6 +50,10 @@ class PreparedDataset:
                 raise ValueError(f"{self.name}: {split}_y must be int64 of length {len(x)}")
             if len(y) and (y.min() < 0 or y.max() >= self.num_classes):
                 raise ValueError(f"{self.name}: {split}_y has labels outside [0, {self.num_classes})")
+            domain = getattr(self, f"{split}_domain")
+            if domain is not None and (domain.dtype != np.int64 or domain.shape != (len(x),) or
+                                       (len(domain) and domain.min() < 0)):
+                raise ValueError(f"{self.name}: {split}_domain must be non-negative int64 of length {len(x)}")
 
     @property
     def image_shape(self) -> tuple[int, int, int]:

@@ -1,5 +1,5 @@
-"""SVHN train and test (``extra`` unused) from the official ``.mat`` files (specs/fedal.md §4.1,
-specs/fedhkd.md §5.1, specs/dafkd.md §3.1). Label 10 (digit "0") becomes 0, as in torchvision.
+"""SVHN train and test (``extra`` unused) from the official ``.mat`` files (pipelines/fedal/NOTES.md §4.1,
+pipelines/fedhkd/NOTES.md §5.1, pipelines/dafkd/NOTES.md §3.1). Label 10 (digit "0") becomes 0, as in torchvision.
 
 torchvision's layout is found too: ``torchvision.datasets.SVHN(root, split, download=True)`` keeps
 ``train_32x32.mat`` and ``test_32x32.mat`` in ``<root>/`` itself; they are verified against the

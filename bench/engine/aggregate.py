@@ -12,7 +12,7 @@ def weighted_average(states: Sequence[dict[str, torch.Tensor]], weights: Sequenc
                      keys: Collection[str] | None = None) -> dict[str, torch.Tensor]:
     """Σ_k w_k · state_k / Σ_k w_k for every floating-point entry (of ``keys``, default all), summed in
     the given (client-id) order. Integer entries (BatchNorm's ``num_batches_tracked``) are copied from
-    the first state: they do not enter the forward pass (specs/fedhkd.md §11.3)."""
+    the first state: they do not enter the forward pass (pipelines/fedhkd/NOTES.md §11.3)."""
     if not states:
         raise ValueError("weighted_average needs at least one state")
     total = float(sum(weights))

@@ -1,8 +1,8 @@
 """What the engine gives an algorithm: models, optimisers, batch streams, the training loop,
 evaluation.
 
-Algorithms call these; they never seed, load data, pick devices or log (DESIGN.md, room
-``engine``). The runner (:mod:`bench.runner`) builds one :class:`Context` per run.
+Algorithms call these; they never seed, load data, pick devices or log (docs/architecture.md,
+room ``engine``). The runner (:mod:`bench.runner`) builds one :class:`Context` per run.
 """
 from __future__ import annotations
 
@@ -16,10 +16,11 @@ from torch import nn
 
 from bench.config import ExperimentConfig
 from bench.engine.chunks import chunk_size
-from bench.engine.ledger import Ledger
+from bench.engine.evaluation import eval_mode
 from bench.engine.loop import Loop, LossGuard, Step
-from bench.engine.state import Client
+from bench.engine.state import Client, ClientData
 from bench.engine.streams import SharedBatches, epoch_batches
+from bench.engine.validation import ValidationSource, server_validation
 from bench.models import assign_architectures, build_model
 from bench.rng import numpy_stream, torch_stream
 
@@ -34,7 +35,7 @@ class Context:
     num_classes: int
     device: torch.device
     public_x: torch.Tensor | None = None  # the unlabelled public set, when the config asks for one
-    ledger: Ledger = field(default_factory=Ledger)  # the bytes sent this round (bench.engine.ledger)
+    client_data: list[ClientData] = field(default_factory=list)  # every client's data, in client-id order
 
     @property
     def seed(self) -> int:
@@ -90,6 +91,10 @@ class Context:
         subset, the train and local test splits together)."""
         for idx in self.batch_indices(len(y), *key):
             yield x[idx], y[idx]
+
+    def server_validation(self, source: ValidationSource) -> tuple[torch.Tensor, torch.Tensor]:
+        """The server's validation set, from every client's data (:func:`~bench.engine.validation.server_validation`)."""
+        return server_validation(self.client_data, source)
 
     def shared_public(self, batch_size: int | None = None, *key: int | str) -> SharedBatches:
         """The public set as a lockstep stream: iteration i gives every client the same batch."""
@@ -161,19 +166,17 @@ class Context:
 
     @torch.no_grad()
     def accuracy(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
-        """Exact sample-level accuracy of ``model`` in eval mode (spec fedhkd.md §3.7 [R]), forwarding
+        """Exact sample-level accuracy of ``model`` in eval mode (pipelines/fedhkd/NOTES.md §3.7 [R]), forwarding
         ``evaluation.batch_size`` samples at a time (fewer on the CPU when their activations would be
         mmapped: :func:`~bench.engine.chunks.chunk_size`)."""
         if len(y) == 0:
             return float("nan")
-        was_training = model.training
-        model.eval()
         correct = torch.zeros((), dtype=torch.int64, device=self.device)
-        size = chunk_size(model, x, self.config.evaluation.batch_size)
-        for start in range(0, len(y), size):
-            _, logits = model(x[start:start + size])
-            correct += (logits.argmax(1) == y[start:start + size]).sum()
-        model.train(was_training)
+        with eval_mode(model):
+            size = chunk_size(model, x, self.config.evaluation.batch_size)
+            for start in range(0, len(y), size):
+                _, logits = model(x[start:start + size])
+                correct += (logits.argmax(1) == y[start:start + size]).sum()
         return int(correct) / len(y)
 
     @torch.no_grad()
@@ -181,18 +184,16 @@ class Context:
                             *key: int | str) -> float:
         """The mean of per-batch accuracies over one seeded shuffled pass (stream ``key``) in batches of
         ``training.batch_size``, the last partial batch dropped when ``drop_last`` (a split smaller than
-        one batch is one batch): FedHKD's released code (specs/fedhkd.md §3.7 [C], ``evaluation.accuracy:
+        one batch is one batch): FedHKD's released code (pipelines/fedhkd/NOTES.md §3.7 [C], ``evaluation.accuracy:
         batches``). Eval mode."""
         if len(y) == 0:
             return float("nan")
-        was_training = model.training
-        model.eval()
         accuracies = []
-        for idx in epoch_batches(len(y), self.config.training.batch_size, drop_last, torch_stream(self.seed, *key),
-                                 self.device, epochs=1):
-            _, logits = model(x[idx])
-            accuracies.append(int((logits.argmax(1) == y[idx]).sum()) / len(idx))
-        model.train(was_training)
+        with eval_mode(model):
+            for idx in epoch_batches(len(y), self.config.training.batch_size, drop_last, torch_stream(self.seed, *key),
+                                     self.device, epochs=1):
+                _, logits = model(x[idx])
+                accuracies.append(int((logits.argmax(1) == y[idx]).sum()) / len(idx))
         return sum(accuracies) / len(accuracies)
 
     def client_order(self, round_index: int, count: int) -> list[int]:

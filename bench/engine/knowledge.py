@@ -1,4 +1,4 @@
-"""Exchange of per-class statistics (DESIGN.md, engine item 4): prototypes and soft labels.
+"""Exchange of per-class statistics (docs/architecture.md "The engine"): prototypes and soft labels.
 
 A client summarises its data per class j as the mean feature h̄_j, the mean temperature-softened
 prediction q̄_j = mean softmax(z/T) and the count n_j (FedHKD Eq. 4, FedProto's prototypes); the
@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 from bench.engine.chunks import chunk_size
+from bench.engine.evaluation import eval_mode
 
 
 @dataclass
@@ -34,19 +35,17 @@ def class_statistics(model: nn.Module, x: torch.Tensor, y: torch.Tensor, num_cla
     """Per-class means of the features and of softmax(logits / T) (or of ``soft(logits)``) over ``(x, y)``,
     in eval mode, forwarding ``batch_size`` samples at a time (fewer on the CPU when their activations
     would be mmapped: :func:`~bench.engine.chunks.chunk_size`)."""
-    was_training = model.training
-    model.eval()
-    batch_size = chunk_size(model, x, batch_size)
     feature_sum: torch.Tensor | None = None
     soft_sum = torch.zeros(num_classes, num_classes, device=x.device)
-    for start in range(0, len(y), batch_size):
-        features, logits = model(x[start:start + batch_size])
-        onehot = nn.functional.one_hot(y[start:start + batch_size], num_classes).to(features.dtype)
-        if feature_sum is None:
-            feature_sum = torch.zeros(num_classes, features.shape[1], device=x.device)
-        feature_sum += onehot.T @ features
-        soft_sum += onehot.T @ (torch.softmax(logits / temperature, dim=1) if soft is None else soft(logits))
-    model.train(was_training)
+    with eval_mode(model):
+        batch_size = chunk_size(model, x, batch_size)
+        for start in range(0, len(y), batch_size):
+            features, logits = model(x[start:start + batch_size])
+            onehot = nn.functional.one_hot(y[start:start + batch_size], num_classes).to(features.dtype)
+            if feature_sum is None:
+                feature_sum = torch.zeros(num_classes, features.shape[1], device=x.device)
+            feature_sum += onehot.T @ features
+            soft_sum += onehot.T @ (torch.softmax(logits / temperature, dim=1) if soft is None else soft(logits))
     counts = torch.bincount(y, minlength=num_classes)
     if feature_sum is None:  # no samples at all
         raise ValueError("class_statistics needs at least one sample")
@@ -73,7 +72,7 @@ def last_writer_class_statistics(stats: Sequence[ClassStatistics],
     """Class-wise "last writer wins" over ``stats`` in the given order, starting from ``previous``:
     each class takes the statistics of the last client holding it, and a class no client holds keeps
     its previous value. This is ``dict.update`` per client, as FedHKD's released code aggregates
-    (specs/fedhkd.md §3.4 [C], §3.9)."""
+    (pipelines/fedhkd/NOTES.md §3.4 [C], §3.9)."""
     features, soft, counts = ((previous.features.clone(), previous.soft.clone(), previous.counts.clone())
                               if previous is not None else
                               (torch.zeros_like(stats[0].features), torch.zeros_like(stats[0].soft),

@@ -1,5 +1,5 @@
 """The training loop primitive every method trains with: clients' local updates, server-side
-distillation, generator training, two-optimiser (adversarial) loops.
+distillation, generator training.
 
 A loop runs a *step function* over a batch stream; the step function receives the step's
 :class:`Step` (round, index, the loop's RNG stream) and a batch and returns the loss to minimise.
@@ -145,23 +145,6 @@ class LossTally:
                 self.total, self.on_host = torch.tensor(self.total, dtype=torch.float32), False
             self.total = self.total + loss.detach()
         self.steps += 1
-
-
-def adversarial_loop(batches: Iterable[B], discriminator: Loop[B], d_step: StepFn[B], generator: Loop[B],
-                     g_step: StepFn[B], d_steps: int = 1,
-                     generator_turn: Callable[[B], bool] | None = None) -> tuple[float, float]:
-    """Two optimisers taking turns on each batch (GAN-style; DaFKD's generator against the
-    per-client discriminators, FedAL's server discriminator): ``d_steps`` discriminator steps, then one
-    generator step, unless ``generator_turn(batch)`` says no (a generator trained only in some rounds or
-    epochs, as DaFKD's released code trains it). Each side is its own :class:`Loop` (optimiser, parameters,
-    clipping); returns the mean discriminator and generator losses (the latter over the steps taken; NaN
-    if none)."""
-    d_losses, g_losses = [], []
-    for batch in batches:
-        d_losses.append(discriminator.run([batch] * d_steps, d_step))
-        if generator_turn is None or generator_turn(batch):
-            g_losses.append(generator.run([batch], g_step))
-    return sum(d_losses) / max(len(d_losses), 1), sum(g_losses) / len(g_losses) if g_losses else float("nan")
 
 
 def parameters(*models: nn.Module) -> list[torch.Tensor]:

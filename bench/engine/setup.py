@@ -49,7 +49,7 @@ def set_deterministic(mode: bool) -> None:
 
 
 def configure_torch(threads: int, deterministic: bool, device: str) -> torch.device:
-    """Set intra-op threads and the determinism flags of anchors.md §3.3; return the device."""
+    """Set intra-op threads and PyTorch's determinism flags (deterministic algorithms, no cuDNN autotuning, no TF32); return the device."""
     if device.startswith("cuda"):
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # before CUDA initialises
         if not torch.cuda.is_available():

@@ -1,5 +1,5 @@
 """Frozen snapshots of a model: a teacher that is the same model at an earlier moment (FedAL's
-less-forgetting terms θ^{t,0} and θ^{t+½,0}, specs/fedal.md §2.1; FCCL's previous-round model).
+less-forgetting terms θ^{t,0} and θ^{t+½,0}, pipelines/fedal/NOTES.md §2.1; FCCL's previous-round model).
 
 A snapshot is a copy whose parameters need no gradient; it is built once and refreshed in place
 afterwards, so a method keeps one per client in its typed state (and so in the checkpoint) without

@@ -2,14 +2,15 @@
 
 A :class:`Client` holds its data, its model, its optimiser and its method's typed state; the
 :class:`Server` holds the global model (when the method has one) and the method's typed server state.
-Each method declares its state and messages as dataclasses (subclasses of :class:`NoState` and
-:class:`Update`), so a checkpoint of these objects is the complete state of a run. RNG streams are
+Each method declares its state as dataclasses (subclasses of :class:`NoState`; its messages are typed too,
+:mod:`bench.engine.messages`), so a checkpoint of these objects is the complete state of a run. RNG streams are
 not stored: every stream is a pure function of ``(seed, key)`` (:mod:`bench.rng`), so the round
 index is enough to continue.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Generic, TypeVar
 
 import torch
@@ -32,9 +33,10 @@ class ClientData:
     def num_samples(self) -> int:
         return len(self.y)
 
+    @cached_property
     def with_test(self) -> tuple[torch.Tensor, torch.Tensor]:
         """The train and local test splits together: all of the client's local data (released code that
-        trains or evaluates on it, specs/fedakd.md §0.8)."""
+        trains or evaluates on it, pipelines/fedakd/NOTES.md §0.8)."""
         return torch.cat([self.x, self.test_x]), torch.cat([self.y, self.test_y])
 
 
@@ -60,13 +62,3 @@ class Client(Generic[ClientStateT]):
 class Server(Generic[ServerStateT]):
     model: nn.Module | None  # the global model, for methods that have one
     state: ServerStateT
-
-
-@dataclass
-class Update:
-    """What a client sends the server after local training: its model's state dict (methods that
-    send more subclass this with typed fields)."""
-
-    cid: int
-    num_samples: int
-    state: dict[str, torch.Tensor]

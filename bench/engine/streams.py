@@ -1,4 +1,4 @@
-"""Named, seeded batch streams (DESIGN.md "engine"): a client's train data, a public set shared in
+"""Named, seeded batch streams (docs/architecture.md "The engine"): a client's train data, a public set shared in
 lockstep by every client, and noise for generators. Each is a pure function of the run seed and its
 key, so a resumed run draws exactly what an uninterrupted one draws.
 """
@@ -10,6 +10,13 @@ from dataclasses import dataclass
 import torch
 
 from bench.rng import torch_stream
+
+
+def batches_per_pass(n: int, batch_size: int, drop_last: bool) -> int:
+    """Mini-batches in one pass over ``n`` samples as :func:`epoch_batches` cuts them: batches of
+    ``min(batch_size, n)``, the last partial one dropped when ``drop_last``."""
+    size = min(batch_size, n)
+    return n // size if drop_last else -(-n // size)
 
 
 def epoch_batches(n: int, batch_size: int, drop_last: bool, generator: torch.Generator,
@@ -48,8 +55,7 @@ class SharedBatches:
 
     @property
     def batches_per_epoch(self) -> int:
-        size = min(self.batch_size, len(self.x))
-        return len(self.x) // size if self.drop_last else -(-len(self.x) // size)
+        return batches_per_pass(len(self.x), self.batch_size, self.drop_last)
 
     def indices(self, iteration: int) -> torch.Tensor:
         epoch, b = divmod(iteration, self.batches_per_epoch)

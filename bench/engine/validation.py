@@ -1,26 +1,26 @@
 """The server's validation set, assembled from the clients' data: what the collaborative-fairness methods
-(CFFL, CGSV, FedAVE, FedSAC) score contributions and neurons on (specs/fedakd.md §2.5)."""
+(CFFL, CGSV, FedAVE, FedSAC) score contributions and neurons on (pipelines/fedakd/NOTES.md §2.5). The server holds it
+from the start, as a method's public set: it is not sent in any round (``Context.server_validation``)."""
 from __future__ import annotations
 
 from typing import Literal
 
 import torch
 
-from bench.engine.state import Client
+from bench.engine.state import ClientData
 from bench.errors import BenchError
 
 ValidationSource = Literal["split", "head"]
 
 
-def server_validation(clients: list[Client], source: ValidationSource,
+def server_validation(clients: list[ClientData], source: ValidationSource,
                       fraction: float = 0.1) -> tuple[torch.Tensor, torch.Tensor]:
-    """The union, in client-id order, of every client's validation split (``split``: held out of training,
+    """The union, in the given (client-id) order, of every client's validation split (``split``: held out of training,
     ``partition.validation_fraction``), or of the first ``⌊fraction·n_k⌋`` samples of each client's train
     split (``head``: the released code's "public validation set" ``data[:int(0.1·n_k)]``, which the
     clients also train on, §2.5 [C])."""
     xs, ys = [], []
-    for client in sorted(clients, key=lambda c: c.cid):
-        data = client.data
+    for data in clients:
         if source == "split":
             if data.val_x is None or data.val_y is None:
                 raise BenchError("this method scores clients on the validation splits; set "

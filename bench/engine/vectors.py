@@ -1,14 +1,15 @@
 """Model states as flat vectors: the toolkit of methods that exchange sparsified updates and give each
-client a different share of the aggregate (CFFL, CGSV, FedAVE; specs/fedakd.md §4).
+client a different share of the aggregate (CFFL, CGSV, FedAVE; pipelines/fedakd/NOTES.md §4).
 
 A *view* is an ordered list of state-dict keys; :func:`flatten` concatenates those entries (as float32)
-into one vector and :func:`unflatten` cuts a vector back into them. :func:`keep_largest` is the top-k
-sparsification by magnitude the fairness methods upload and download with; :func:`clip_norm` bounds a
-vector's L2 norm.
+into one vector and :func:`unflatten` cuts a vector back into them. :func:`largest_entries` is the top-k
+sparsification by magnitude the fairness methods upload and download with, a :class:`SparseVector` on the wire
+(:func:`keep_largest` its dense form); :func:`clip_norm` bounds a vector's L2 norm.
 """
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 import torch
 from torch import nn
@@ -56,22 +57,51 @@ def load_vector(model: nn.Module, vector: torch.Tensor, keys: Sequence[str]) -> 
         state[key].copy_(value)
 
 
-def keep_largest(vector: torch.Tensor, count: int) -> torch.Tensor:
-    """``vector`` with all but its ``count`` largest-magnitude entries set to 0; every entry whose magnitude
-    equals the ``count``-th largest is kept too (the released code's ``abs >= topk(...)[-1]``). ``count`` ≤ 0
-    gives zeros, ``count`` ≥ the length the vector itself."""
+@dataclass(frozen=True)
+class SparseVector:
+    """Some entries of a flat vector of ``size`` entries, as sent: their positions (int32, ascending; None: every
+    entry, in order) and their values. On the wire 4 bytes a position and the values' own bytes."""
+
+    indices: torch.Tensor | None
+    values: torch.Tensor
+    size: int
+
+    def dense(self) -> torch.Tensor:
+        """The vector, zeros where no entry was sent."""
+        if self.indices is None:
+            return self.values
+        out = torch.zeros(self.size, dtype=self.values.dtype, device=self.values.device)
+        out[self.indices.long()] = self.values
+        return out
+
+
+def largest_entries(vector: torch.Tensor, count: int) -> SparseVector:
+    """The ``count`` largest-magnitude entries of ``vector``; every entry whose magnitude equals the ``count``-th
+    largest is kept too (the released code's ``abs >= topk(...)[-1]``), and entries that are 0 need not be sent
+    (-0.0 is, so that the dense vector is the same bit for bit). ``count`` ≤ 0 keeps none, ``count`` ≥ the length
+    all of them (sent without positions)."""
     if count <= 0:
-        return torch.zeros_like(vector)
+        return SparseVector(torch.zeros(0, dtype=torch.int32, device=vector.device), vector[:0].clone(), vector.numel())
     if count >= vector.numel():
-        return vector.clone()
+        return SparseVector(None, vector.clone(), vector.numel())
     magnitude = vector.abs()
-    threshold = torch.topk(magnitude, count).values[-1]
-    return torch.where(magnitude >= threshold, vector, torch.zeros_like(vector))
+    kept = (magnitude >= torch.topk(magnitude, count).values[-1]) & ((vector != 0) | torch.signbit(vector))
+    return SparseVector(kept.nonzero().flatten().to(torch.int32), vector[kept], vector.numel())
+
+
+def largest_fraction(vector: torch.Tensor, fraction: float) -> SparseVector:
+    """:func:`largest_entries` with ``count = ⌊fraction · length⌋`` (``int(len * fraction)`` in the released code)."""
+    return largest_entries(vector, int(vector.numel() * fraction))
+
+
+def keep_largest(vector: torch.Tensor, count: int) -> torch.Tensor:
+    """``vector`` with all but its :func:`largest_entries` set to 0."""
+    return largest_entries(vector, count).dense()
 
 
 def keep_fraction(vector: torch.Tensor, fraction: float) -> torch.Tensor:
-    """:func:`keep_largest` with ``count = ⌊fraction · length⌋`` (``int(len * fraction)`` in the released code)."""
-    return keep_largest(vector, int(vector.numel() * fraction))
+    """``vector`` with all but its :func:`largest_fraction` set to 0."""
+    return largest_fraction(vector, fraction).dense()
 
 
 def weighted_sum(vectors: Sequence[torch.Tensor], weights: Sequence[float]) -> torch.Tensor:

@@ -8,7 +8,8 @@ describes every model (parameters, FLOPs) for ``bench models``.
 """
 from bench.models.registry import (CLASSIFIER, GENERATOR, ExampleInput, ModelEntry, assign_architectures, build_model,
                                    count_parameters, get_model_entry, model_names, register_model)
-from bench.models import baselines, dafkd, fedakd, fedal, fedhkd, generators, resnet_cifar, small  # noqa: F401  (registers them)
+from bench.models import (baselines, convnets, discriminators, generators, multitask_resnet, resnet_cifar,  # noqa: F401
+                          small, torchvision_backbones, wide_resnet)  # (registers them)
 
 __all__ = ["register_model", "build_model", "model_names", "get_model_entry", "count_parameters",
            "assign_architectures", "ModelEntry", "ExampleInput", "CLASSIFIER", "GENERATOR"]

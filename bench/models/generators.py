@@ -4,11 +4,11 @@ Every generator has a ``noise_dim`` attribute and ``forward(z, y=None)``: noise 
 (B, noise_dim) and, for conditional generators, integer labels y of shape (B,) give a batch of shape
 (B, *in_shape), where ``in_shape`` is the shape of one sample (a feature vector or an image).
 
-* ``fedgen_generator``: FedGen's feature generator (specs/fedhkd.md §4 FedGen; specs/dafkd.md §2.4, §3.4 G-FedGen).
-* ``cond_image_generator``: FedFTG's ``CGeneratorA`` (specs/dafkd.md §2.5, §3.4 G-cond).
-* ``dcgan_generator``: DaFKD's unconditional DCGAN generator (specs/dafkd.md §3.4 G-DCGAN-32/-28, A6).
+* ``fedgen_generator``: FedGen's feature generator (pipelines/fedhkd/NOTES.md §4 FedGen; pipelines/dafkd/NOTES.md §2.4, §3.4 G-FedGen).
+* ``cond_image_generator``: FedFTG's ``CGeneratorA`` (pipelines/dafkd/NOTES.md §2.5, §3.4 G-cond).
+* ``dcgan_generator``: DaFKD's unconditional DCGAN generator (pipelines/dafkd/NOTES.md §3.4 G-DCGAN-32/-28, A6).
 * ``embed_feature_generator``: a feature generator as the DaFKD paper describes the one it gives FedGen
-  (two embeddings, specs/dafkd.md §2.4 flag ``dafkd_embed``).
+  (two embeddings, pipelines/dafkd/NOTES.md §2.4 flag ``dafkd_embed``).
 """
 from __future__ import annotations
 
@@ -42,7 +42,7 @@ class FeatureGenerator(nn.Module):
 
 class EmbeddingFeatureGenerator(nn.Module):
     """"Two embedding layers (for one-hot label vector and noise vector respectively) and the fully-connected
-    layer with LeakyReLU and BatchNorm layers" (DaFKD §4.1, specs/dafkd.md §3.4) with a feature output, as
+    layer with LeakyReLU and BatchNorm layers" (DaFKD §4.1, pipelines/dafkd/NOTES.md §3.4) with a feature output, as
     DaFKD says FedGen ran (§2.4 flag ``dafkd_embed``): noise embedding Linear(noise_dim -> hidden) and label
     embedding Linear(C -> hidden), concatenated -> Linear(2 hidden -> hidden) -> BatchNorm1d -> LeakyReLU(0.2)
     -> Linear(hidden -> d). The widths are not printed: ``hidden`` is FedGen's. Default PyTorch init."""
@@ -101,7 +101,7 @@ class DCGANGenerator(nn.Module):
     -> ConvT(256 -> 128, k4, s2, p1) -> BN -> ReLU (8x8) -> ConvT(128 -> 64, k4, s2, p) -> BN -> ReLU
     -> ConvT(64 -> nc, k4, s2, p1, bias) -> Tanh, with p = 1 for 32x32 (16x16 -> 32x32) and p = 2 for
     28x28 (14x14 -> 28x28). Hidden ConvTs have no bias. Init: conv weights xavier_normal, BN weight
-    N(1, 0.02), BN bias 0 (specs/dafkd.md §1.6).
+    N(1, 0.02), BN bias 0 (pipelines/dafkd/NOTES.md §1.6).
 
     Smaller images drop upsampling stages from the front of the widths (16x16: 128, 64; 8x8: 64), and
     ``width`` (64) scales every hidden width (CPU proxies on the embedded 8x8 digits); the defaults at

@@ -1,6 +1,6 @@
 """Inventory of the registered models for ``bench models``: parameters, FLOPs per image, feature size;
-and the papers' (model, dataset) configurations (:mod:`bench.models.paper_configs`) with their exact
-parameter counts beside the counts the papers print.
+and the papers' (model, dataset) configurations (:class:`~bench.models.paper_configs.PaperConfig`, which each
+paper plug-in lists) with their exact parameter counts beside the counts the papers print.
 
 FLOPs are counted by PyTorch's own ``torch.utils.flop_counter.FlopCounterMode`` on one forward pass of
 one sample (batch 1, eval mode, no grad) at the model's registered ``example_input``. The counter
@@ -13,7 +13,7 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from bench.models import GENERATOR, count_parameters, get_model_entry, model_names
-from bench.models.paper_configs import PAPER_CONFIGS, PaperConfig
+from bench.models.paper_configs import PaperConfig
 
 
 def forward_flops(model: torch.nn.Module, kind: str, in_shape: tuple[int, ...]) -> int:
@@ -73,7 +73,7 @@ def _aligned(header: tuple[str, ...], body: list[tuple[str, ...]], right: set[in
     return "\n".join(lines)
 
 
-def describe_paper_configs(configs: tuple[PaperConfig, ...] = PAPER_CONFIGS) -> list[dict]:
+def describe_paper_configs(configs: tuple[PaperConfig, ...]) -> list[dict]:
     """One row per paper configuration, its model built on the ``meta`` device: the config's fields,
     ``parameters`` (the whole model), ``printed`` (what the paper/spec prints, as text), ``computed``
     (the count of each printed part) and ``matches`` (every printed count agrees)."""
@@ -92,9 +92,8 @@ def describe_paper_configs(configs: tuple[PaperConfig, ...] = PAPER_CONFIGS) -> 
     return rows
 
 
-def format_paper_configs_table(rows: list[dict] | None = None) -> str:
-    """``describe_paper_configs()`` as an aligned plain-text table."""
-    rows = describe_paper_configs() if rows is None else rows
+def format_paper_configs_table(rows: list[dict]) -> str:
+    """:func:`describe_paper_configs`' rows as an aligned plain-text table."""
     header = ("paper", "role", "model", "dataset", "input", "classes", "kwargs", "parameters", "paper/spec prints",
               "agrees", "source")
     body = [(r["paper"], r["role"], r["model"], ", ".join(r["datasets"]), "x".join(map(str, r["in_shape"])),

@@ -83,7 +83,7 @@ def count_parameters(model: nn.Module, trainable_only: bool = False) -> int:
 
 def assign_architectures(candidates: list[str], num_clients: int, seed: int) -> list[str]:
     """Each client's architecture, drawn uniformly and independently from ``candidates`` with the
-    run's ``"architectures"`` stream (specs/fedal.md §4.1 "Architecture assignment")."""
+    run's ``"architectures"`` stream (pipelines/fedal/NOTES.md §4.1 "Architecture assignment")."""
     if not candidates:
         raise BenchError("assign_architectures needs at least one candidate architecture")
     for name in candidates:

@@ -1,4 +1,4 @@
-"""ResNet-18/34, CIFAR variant (specs/fedal.md §4.1): 3x3 stride-1 stem, no max-pool, BasicBlocks,
+"""ResNet-18/34, CIFAR variant (pipelines/fedal/NOTES.md §4.1): 3x3 stride-1 stem, no max-pool, BasicBlocks,
 widths 64-512, global average pooling, 512-d features. Default PyTorch initialisation (§2.6)."""
 from __future__ import annotations
 

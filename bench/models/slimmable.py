@@ -1,5 +1,5 @@
 """Width-sliced ("slimmable") execution of a network's final block, for FedAlign's sub-network pass
-(specs/fedhkd.md §4 FedAlign; Mendieta et al., CVPR 2022, after Yu et al.'s slimmable networks).
+(pipelines/fedhkd/NOTES.md §4 FedAlign; Mendieta et al., CVPR 2022, after Yu et al.'s slimmable networks).
 
 **Final block.** A model takes part by exposing ``final_block``: a module its ``forward`` runs once,
 or an ``nn.Sequential`` view on modules its ``forward`` runs consecutively (``cnn``: its second conv

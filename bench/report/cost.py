@@ -1,4 +1,4 @@
-"""What a suite's runs cost, estimated before running them (``bench suite cost``; specs/fedhkd.md §10
+"""What a suite's runs cost, estimated before running them (``bench suite cost``; pipelines/fedhkd/NOTES.md §10
 "compute basis").
 
 A run's FLOPs = (training FLOPs per trained image) × (images trained) + (forward FLOPs per image) ×
@@ -18,6 +18,14 @@ A run's FLOPs = (training FLOPs per trained image) × (images trained) + (forwar
 - **Images evaluated**: on every evaluated round, the global test set, the local test sets and, where
   configured, every client model on the global test set.
 
+**Measured step times instead of the assumed throughput** (``--gpu FILE``): ``benchmarks/gpu.py`` times, on a
+GPU, one training step of every client model of every paper profile at its paper shape, batch and optimiser,
+and one evaluation forward, and counts their FLOPs the same way. The achieved seconds per FLOP of the run's
+model (the mean over its candidates for heterogeneous clients) then price the run's training and evaluation
+FLOPs. Small models at batch 32 are launch-bound (0.03–2 TFLOP/s measured on an H200), large ones are not
+(11–18 TFLOP/s), so one assumed rate misprices both. The method's extra passes (a frozen teacher's forward,
+a generator's steps) are priced at its client model's measured efficiency.
+
 FLOPs are counted as ``bench models`` counts them: matmuls and convolutions, a multiply-add as 2 FLOPs.
 Two limits, stated with the estimate in the pipelines' READMEs: a method's per-round fixed work (FedGen's
 generator training on the server) is counted per image of the measurement's small clients, which
@@ -26,9 +34,13 @@ it is (ShuffleNetV2 counts 5.9 forward-equivalents per trained image, ResNet-18 
 """
 from __future__ import annotations
 
+import json
 import math
+import statistics
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -49,14 +61,25 @@ from bench.suites import Suite
 
 MEASURE_CLIENTS = 2
 DEFAULT_TFLOPS = 3.0
-"""Assumed sustained TFLOP/s of one GPU: specs/fedhkd.md §10 estimates (does not measure) 3-6 ms per
+"""Assumed sustained TFLOP/s of one GPU: pipelines/fedhkd/NOTES.md §10 estimates (does not measure) 3-6 ms per
 ResNet-18 step of batch 64 on an H100 in eager PyTorch; a step counts 13.9 GFLOP here (64 images ×
 74.1 MFLOP × 2.93 for forward and backward), so 13.9 GFLOP / 4.5 ms ≈ 3 TFLOP/s."""
 
 
+def step_key(model: str, kwargs: Mapping[str, Any], shape: tuple[int, ...] | list[int], classes: int, batch: int,
+             optimizer: str, momentum: float = 0.0) -> str:
+    """One line naming a training step as ``benchmarks/gpu.py`` measures it:
+    ``model{kwargs} CxHxW/classes b=batch optimiser[(m=momentum)]``."""
+    args = ",".join(f"{k}={v}" for k, v in sorted(kwargs.items()))
+    return (f"{model}{{{args}}} {'x'.join(str(s) for s in shape)}/{classes} b={batch} {optimizer}"
+            + (f"(m={momentum:g})" if momentum else ""))
+
+
 @dataclass(frozen=True)
 class RunCost:
-    """One run's estimated FLOPs: training (per trained image × images) and evaluation."""
+    """One run's estimated FLOPs: training (per trained image × images) and evaluation; ``steps`` names the
+    training step of each of its client architectures (:func:`step_key`), ``evaluated`` the model whose forward
+    evaluation counts."""
 
     method: str
     setting: str
@@ -64,10 +87,45 @@ class RunCost:
     forward_flops: int
     train_images: int
     eval_images: int
+    steps: tuple[str, ...] = ()
+    evaluated: str = ""
 
     @property
     def flops(self) -> float:
         return self.train_flops_per_image * self.train_images + self.forward_flops * self.eval_images
+
+
+@dataclass(frozen=True)
+class MeasuredSteps:
+    """Step times one GPU gave ``benchmarks/gpu.py measure`` (its JSON file): per step key, seconds per
+    training FLOP and per evaluation FLOP, under the runs' settings (deterministic kernels, no TF32)."""
+
+    device: str
+    train_seconds_per_flop: dict[str, float]
+    eval_seconds_per_flop: dict[str, float]
+
+    @classmethod
+    def load(cls, path: Path) -> MeasuredSteps:
+        try:
+            raw = json.loads(Path(path).read_text())
+            rows = raw["steps"]
+            return cls(str(raw["device"]),
+                       {r["key"]: r["deterministic"]["step_s"] / r["deterministic"]["step_flops"] for r in rows},
+                       {r["key"]: r["deterministic"]["forward_s"] / r["deterministic"]["forward_flops"] for r in rows})
+        except (OSError, ValueError, KeyError, TypeError, ZeroDivisionError) as exc:
+            raise BenchError(f"--gpu {path}: not a step-time file of benchmarks/gpu.py measure ({exc}); measure "
+                             "one on a GPU machine (benchmarks/gpu.py's docstring says how)") from None
+
+    def seconds(self, cost: RunCost) -> float:
+        """GPU-seconds of one run: its training FLOPs at the mean measured seconds per FLOP of its
+        architectures' steps, its evaluation FLOPs at the evaluated model's."""
+        if missing := [k for k in cost.steps if k not in self.train_seconds_per_flop]:
+            raise BenchError(f"{cost.method} on {cost.setting}: no step measured on {self.device} for {missing[0]}; "
+                             "run `uv run python benchmarks/gpu.py workload` and measure again on a GPU")
+        train = statistics.fmean(self.train_seconds_per_flop[k] for k in cost.steps)
+        evaluate = self.eval_seconds_per_flop.get(cost.evaluated) or statistics.fmean(
+            self.eval_seconds_per_flop[k] for k in cost.steps)
+        return cost.train_flops_per_image * cost.train_images * train + cost.forward_flops * cost.eval_images * evaluate
 
 
 def stand_in(config: ExperimentConfig, data_dir: Path | None = None) -> str:
@@ -168,7 +226,21 @@ def run_cost(config: ExperimentConfig, method: str, setting: str, data_dir: Path
     return RunCost(method, setting, _train_flops_per_image(measured, data_dir),
                    forward_flops(model, entry.kind, spec.image_shape),
                    math.ceil(fraction * config.training.rounds * _images_per_round(config, train)),
-                   len(evaluation_rounds(config)) * per_round)
+                   len(evaluation_rounds(config)) * per_round, run_steps(config),
+                   _step(config, config.model.name, config.model.kwargs))
+
+
+def _step(config: ExperimentConfig, model: str, kwargs: Mapping[str, Any]) -> str:
+    spec = get_dataset_spec(config.dataset.name)
+    t = config.training
+    return step_key(model, kwargs, spec.image_shape, spec.num_classes, t.batch_size, t.optimizer.name,
+                    t.optimizer.momentum)
+
+
+def run_steps(config: ExperimentConfig) -> tuple[str, ...]:
+    """The training step of each client architecture of a run (its candidates, or its one model)."""
+    m = config.model
+    return tuple(_step(config, name, m.kwargs if name == m.name else {}) for name in m.candidates or [m.name])
 
 
 def suite_costs(suite: Suite, data_dir: Path | None = None) -> list[RunCost]:
@@ -178,25 +250,31 @@ def suite_costs(suite: Suite, data_dir: Path | None = None) -> list[RunCost]:
             for method in suite.params.methods for setting in suite.settings_of(method)]
 
 
-def cost_table(suite: Suite, tflops: float | None = None, data_dir: Path | None = None) -> str:
+def cost_table(suite: Suite, tflops: float | None = None, data_dir: Path | None = None,
+               gpu: MeasuredSteps | None = None) -> str:
     """Per method: forward passes per trained image (measured), FLOPs and GPU-hours of all its runs at
-    ``tflops`` sustained TFLOP/s (default :data:`DEFAULT_TFLOPS`); the measured training time per round
-    relative to the first method where the suite's runs exist (a check of the FLOP model's ratios); the total."""
+    ``tflops`` sustained TFLOP/s (default :data:`DEFAULT_TFLOPS`) and, with ``gpu``, at the step times
+    measured on that GPU; the measured training time per round relative to the first method where the
+    suite's runs exist (a check of the FLOP model's ratios); the total."""
     tflops = DEFAULT_TFLOPS if tflops is None else tflops
     if tflops <= 0:
         raise BenchError(f"--tflops {tflops:g}: the assumed throughput must be positive")
     costs = suite_costs(suite, data_dir)
+    if gpu is not None:
+        measured_hours = {c: gpu.seconds(c) / 3600 for c in costs}
     seeds = len(suite.params.suite.seeds)
     found, _ = find_runs(suite)
     reference = next(iter(suite.params.methods))
     header = ["method", "passes/trained image", "PFLOP per run (mean)", "GPU-h (all settings × seeds)",
               f"FLOP ratio to {reference}", f"measured time ratio to {reference}"]
+    if gpu is not None:
+        header.insert(4, f"GPU-h on {gpu.device} (measured steps)")
 
     def measured_time(method: str) -> float | None:
         times = [r.seconds_per_round for (m, _, _), r in found.items() if m == method]
         return sum(times) / len(times) if times and len(times) == len(suite.settings_of(method)) * seeds else None
 
-    rows, total = [], 0.0
+    rows, total, total_measured = [], 0.0, 0.0
     base = [c for c in costs if c.method == reference]
     base_train = sum(c.train_flops_per_image * c.train_images for c in base)
     for method in suite.params.methods:
@@ -207,10 +285,19 @@ def cost_table(suite: Suite, tflops: float | None = None, data_dir: Path | None 
         total += flops
         train = sum(c.train_flops_per_image * c.train_images for c in mine)
         ratio = None if (mt := measured_time(method)) is None or (rt := measured_time(reference)) is None else mt / rt
-        rows.append([method, f"{sum(c.train_flops_per_image / c.forward_flops for c in mine) / len(mine):.2f}",
-                     f"{flops / seeds / len(mine) / 1e15:.3g}", f"{flops / (tflops * 1e12) / 3600:.3g}",
-                     f"{train / base_train:.2f}", "—" if ratio is None else f"{ratio:.2f}"])
+        row = [method, f"{sum(c.train_flops_per_image / c.forward_flops for c in mine) / len(mine):.2f}",
+               f"{flops / seeds / len(mine) / 1e15:.3g}", f"{flops / (tflops * 1e12) / 3600:.3g}",
+               f"{train / base_train:.2f}", "—" if ratio is None else f"{ratio:.2f}"]
+        if gpu is not None:
+            hours = sum(measured_hours[c] for c in mine) * seeds
+            total_measured += hours
+            row.insert(4, f"{hours:.3g}")
+        rows.append(row)
     rows.append(["total", "", "", f"{total / (tflops * 1e12) / 3600:.3g}", "", ""])
+    if gpu is not None:
+        rows[-1].insert(4, f"{total_measured:.3g}")
+    measured = "" if gpu is None else (f"; and at the training and evaluation step times measured on {gpu.device} "
+                                       "(--gpu, benchmarks/gpu.py), one run at a time")
     return (f"suite {suite.name}: {len(suite.params.methods)} methods × {len(suite.params.settings)} settings × "
-            f"{seeds} seeds; GPU-hours at an assumed sustained {tflops:g} TFLOP/s (--tflops)\n\n"
+            f"{seeds} seeds; GPU-hours at an assumed sustained {tflops:g} TFLOP/s (--tflops){measured}\n\n"
             + markdown_table(header, rows))

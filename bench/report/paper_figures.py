@@ -5,8 +5,8 @@ for ``paper.md``. Nothing here is specific to one paper. Every drawn paper figur
 paper module computes (:meth:`~bench.suites.paper.Paper.figures`), reaches ``paper.md`` as a
 :class:`DrawnFigure`.
 
-A paper's figures of other kinds (partitions, contributions, feature densities) are drawn by its own
-module ``bench/report/<paper>_figures.py``, named in the suite report's ``OWN_FIGURES``.
+A paper's figures of other kinds (partitions, contributions, feature densities) are drawn by its plug-in
+(:meth:`~bench.suites.paper.Paper.own_figures`, e.g. FedAKD's ``pipelines/fedakd/figures.py``).
 """
 from __future__ import annotations
 

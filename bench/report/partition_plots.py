@@ -1,9 +1,9 @@
 """Plots of a :class:`~bench.data.partition.Partition`, like the papers' figures.
 
-* :func:`plot_class_heatmap`: client x class sample counts (specs/fedhkd.md §7, Figs. 1-3).
-* :func:`plot_class_bubbles`: x = client, y = class, area ∝ count (specs/fedal.md §4.2, Fig. 4).
+* :func:`plot_class_heatmap`: client x class sample counts (pipelines/fedhkd/NOTES.md §7, Figs. 1-3).
+* :func:`plot_class_bubbles`: x = client, y = class, area ∝ count (pipelines/fedal/NOTES.md §4.2, Fig. 4).
 * :func:`plot_client_summary`: per-client sizes, class mix and an optional shift value per client
-  (specs/fedakd.md §2.2: "log per-client label histograms").
+  (pipelines/fedakd/NOTES.md §2.2: "log per-client label histograms").
 
 Each writes a PNG atomically and returns its path.
 """
@@ -72,7 +72,7 @@ def plot_class_bubbles(partition: Partition, path: str | Path, clients: Sequence
 def plot_client_summary(partition: Partition, path: str | Path, shift: Sequence[float] | None = None,
                         shift_label: str = "mean PC1", title: str | None = None) -> Path:
     """FedAKD per-client summary: train / local test sizes, class mix, and an optional per-client shift
-    (e.g. :func:`bench.data.paper_partitions.client_shift`)."""
+    (e.g. :func:`bench.data.covariate_shift.client_shift`)."""
     k = np.arange(partition.num_clients)
     panels = 3 if shift is not None else 2
     fig, axes = plt.subplots(panels, 1, figsize=(max(5.0, 0.4 * len(k) + 2), 2.6 * panels), sharex=True)

@@ -150,7 +150,7 @@ def statistic_value(suite: Suite, runs: Mapping[RunKey, RunRecord], key: RunKey,
                     statistic: Statistic) -> float | None:
     """``statistic`` of the run ``key`` (in ``runs``); a statistic comparing with another method's run
     (CF) reads that run on the same setting and seed, and its absence is a :class:`BenchError`. The
-    reference method's own CF is not reported (it would be 100, specs/fedakd.md §3.1)."""
+    reference method's own CF is not reported (it would be 100, pipelines/fedakd/NOTES.md §3.1)."""
     if statistic.reference is None:
         return statistic.compute(runs[key].records)
     method, setting, seed = key

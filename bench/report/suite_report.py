@@ -18,7 +18,8 @@ Writes to ``reports/<suite>/``:
   each method has its own colour (and line style), the legend is outside the axes.
 - ``figures/partition_<setting>.png``: each setting's partition figure.
 - ``paper.md`` (a suite with a paper): the paper's tables, sections and claims (paper_report.py), and its
-  figures of curves, ``figures/paper_<figure>.png`` (paper_figures.py).
+  figures of curves, ``figures/paper_<figure>.png`` (paper_figures.py); the figures of other kinds its plug-in
+  draws itself (:meth:`~bench.suites.paper.Paper.own_figures`).
 
 ``summary.md`` and ``paper.md`` name the git commit(s) and code hash of their runs and the commit of the
 pinned file they show, and say so where those differ or the runs came from uncommitted code (provenance.py).
@@ -27,26 +28,21 @@ from __future__ import annotations
 
 import csv
 import io
-from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 
 from bench.fileio import atomic_write, write_json, write_text
-from bench.report.fedakd_figures import fedakd_figures
 from bench.report.paper_figures import DrawnFigure, record_figures
 from bench.report.paper_report import markdown_table, paper_markdown, paper_results
 from bench.report.pinned import PinnedFile, default_pinned_path, load_pinned
 from bench.report.provenance import pinned_display_name, provenance_markdown
-from bench.report.runs import ACC_METRICS, RunKey, RunRecord, diverged_runs, require_runs
+from bench.report.runs import ACC_METRICS, RunRecord, diverged_runs, require_runs
 from bench.suites import Suite
 from bench.suites.paper import LineFigure
 from bench.suites.statistics import Statistic, mean_std
 
-OwnFigures = Callable[[Suite, Mapping[RunKey, RunRecord], Path, "Path | None"], list[Path]]
-OWN_FIGURES: dict[str, OwnFigures] = {"fedakd": fedakd_figures}
-"""Per paper, its figures of other kinds than curves (``(suite, runs, folder, data_dir) -> files written``)."""
 STATISTICS = {"final": "final", "last5": "last5", "best": "max"}  # report name -> statistic's rounds
 LABELS = {"final": "final", "last5": "last-5", "best": "best†"}
 METRIC_TITLES = {"global_acc": "Global accuracy (global model, global test set)",
@@ -339,8 +335,8 @@ def write_report(suite: Suite, out: Path | None = None, data_dir: Path | None = 
     figures = record_figures(suite, runs, out / "figures", method_style) + computed_figures(suite, runs, table,
                                                                                           out / "figures")
     written += [figure.image for figure in figures]
-    if suite.paper is not None and (own := OWN_FIGURES.get(suite.paper.definition.name)) is not None:
-        written += own(suite, runs, out / "figures", data_dir)
+    if suite.paper is not None:
+        written += suite.paper.own_figures(suite, runs, out / "figures", data_dir)
     _remove_stale(out, written)
     images = [str(p.relative_to(out)) for p in written if p.suffix == ".png" and not p.name.startswith("paper_")]
     written.append(write_text(out / "summary.md", summary_markdown(suite, table, runs, images, provenance)))

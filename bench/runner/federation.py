@@ -1,6 +1,7 @@
-"""The federation loop: build clients and server, run rounds, evaluate on schedule, record every
-per-client value and every round's communication (``upload_bytes``, ``download_bytes``: the bytes
-the round's messages took, summed over its clients; :mod:`bench.engine.ledger`), checkpoint, resume."""
+"""The federation loop: build clients and server, run rounds (:mod:`bench.runner.rounds`), evaluate on schedule,
+record every per-client value and every round's communication (``upload_bytes``, ``download_bytes``: the bytes
+the round's messages took, summed over its clients, counted as the rounds deliver them; :mod:`bench.engine.ledger`),
+checkpoint, resume."""
 from __future__ import annotations
 
 import math
@@ -20,12 +21,14 @@ from bench.data.partition import Partition, load_partition, partition_dataset
 from bench.data.prepared import PreparedDataset
 from bench.engine.chunks import chunk_size
 from bench.engine.context import Context
-from bench.engine.evaluation import Evaluation
+from bench.engine.evaluation import Evaluation, eval_mode
+from bench.engine.ledger import Ledger
 from bench.engine.setup import configure_torch
 from bench.engine.state import Client, ClientData, Server
 from bench.errors import BenchError, Diverged
 from bench.rng import numpy_stream
-from bench.runner.checkpoint import Checkpoint, ClientSnapshot, Record, load_checkpoint, save_checkpoint
+from bench.runner.checkpoint import Checkpoint, Checkpoints, ClientSnapshot, Record
+from bench.runner.rounds import run_round
 from bench.tracking import code_version
 
 LAST_K = 5
@@ -167,7 +170,7 @@ def sample_clients(config: ExperimentConfig, round_index: int) -> list[int]:
 def _split(client: Client, split: str, test_x: torch.Tensor, test_y: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
     data = client.data
     if split == "local_all":
-        return data.with_test()
+        return data.with_test
     return {"global_test": (test_x, test_y), "local_test": (data.test_x, data.test_y),
             "validation": (data.val_x, data.val_y)}[split]
 
@@ -185,7 +188,7 @@ def evaluate(ctx: Context, algorithm: Algorithm, server: Server, clients: list[C
              test_x: torch.Tensor, test_y: torch.Tensor,
              round_index: int) -> tuple[dict[str, float], list[tuple[str, int | None, float]]]:
     """The declared evaluations: a curves row (client models: the unweighted mean over clients with a
-    non-empty split, specs/fedhkd.md §3.7) and one record per value. With ``evaluation.accuracy: batches``
+    non-empty split, pipelines/fedhkd/NOTES.md §3.7) and one record per value. With ``evaluation.accuracy: batches``
     the global test set keeps its last partial batch and client splits drop it when ``training.drop_last``
     (the released FedHKD code's loaders)."""
     row: dict[str, float] = {}
@@ -206,7 +209,7 @@ def evaluate(ctx: Context, algorithm: Algorithm, server: Server, clients: list[C
             if y is None or x is None or not len(y):
                 continue
             local_split = evaluation.split in ("local_test", "local_all")
-            model = algorithm.global_model(server) if receives_global and local_split else algorithm.client_model(client)
+            model = algorithm.global_model(server) if receives_global and local_split else algorithm.client_model(server, client)
             if model is None:
                 raise BenchError(f"evaluation.local_model: global, but {algorithm.name} has no global model; "
                                  "use local_model: own")
@@ -227,16 +230,14 @@ def evaluate(ctx: Context, algorithm: Algorithm, server: Server, clients: list[C
 def global_loss(ctx: Context, model: torch.nn.Module, data: list[ClientData]) -> float:
     """The model's mean cross-entropy over the union of the clients' train splits, in eval mode
     (``evaluation.global_train_loss``)."""
-    was_training = model.training
-    model.eval()
     total, count = torch.zeros((), dtype=torch.float64, device=ctx.device), 0
-    for client in data:
-        size = chunk_size(model, client.x, ctx.config.evaluation.batch_size)
-        for start in range(0, client.num_samples, size):
-            _, logits = model(client.x[start:start + size])
-            total += torch.nn.functional.cross_entropy(logits, client.y[start:start + size], reduction="sum")
-        count += client.num_samples
-    model.train(was_training)
+    with eval_mode(model):
+        for client in data:
+            size = chunk_size(model, client.x, ctx.config.evaluation.batch_size)
+            for start in range(0, client.num_samples, size):
+                _, logits = model(client.x[start:start + size])
+                total += torch.nn.functional.cross_entropy(logits, client.y[start:start + size], reduction="sum")
+            count += client.num_samples
     return float(total) / max(count, 1)
 
 
@@ -258,10 +259,15 @@ def run_identity(config: ExperimentConfig, dataset_sha256: str, partition_sha256
 
 def run_federation(config: ExperimentConfig, data_dir: str | Path | None = None,
                    partition_dir: str | Path | None = None, progress: ProgressFn | None = None,
-                   checkpoint_dir: Path | None = None, checkpoint_every: int = 1) -> RunResult:
-    """Run one experiment in this process and return its curves and records. With ``checkpoint_dir``,
-    resume from the checkpoint there (if it belongs to this run) and write one every
-    ``checkpoint_every`` rounds (0: never); nothing else is written."""
+                   checkpoints: Checkpoints | None = None) -> RunResult:
+    """Run one experiment in this process and return its curves and records. With ``checkpoints``,
+    resume from the checkpoint in its folder (if it belongs to this run) and write one when its policy
+    says; nothing else is written.
+
+    ``timing``: ``train_time_s``, ``eval_time_s``, ``checkpoint_time_s``, ``setup_time_s`` and ``wall_time_s``
+    are summed over the processes that ran the run (a resumed run: the earlier ones up to the checkpoint it
+    resumed from; work lost to a kill is not counted); ``process_wall_time_s`` is this process's alone;
+    ``processes`` counts them and ``resumed_from_round`` says where this one started."""
     started = time.perf_counter()
     device = configure_torch(config.threads, config.deterministic, config.device)
     data = load_dataset(config.dataset.name, data_dir)
@@ -286,33 +292,42 @@ def run_federation(config: ExperimentConfig, data_dir: str | Path | None = None,
         cdata = ClientData(train_x[tr], train_y[tr], local_x[te], local_y[te],
                            *((train_x[va], train_y[va]) if len(val_idx) else (None, None)))
         clients.append(Client(cid, cdata, algorithm.init_client_model(cid, server), algorithm.init_client_state(cid)))
+    ctx.client_data = [c.data for c in clients]
 
     identity = run_identity(config, data.sha256, partition.sha256)
     curves: list[dict[str, float]] = []
     records: list[Record] = []
-    timing = {"train_time_s": 0.0, "eval_time_s": 0.0, "checkpoint_time_s": 0.0}
+    timing = {"train_time_s": 0.0, "eval_time_s": 0.0, "checkpoint_time_s": 0.0, "setup_time_s": 0.0,
+              "wall_time_s": 0.0, "processes": 0}
     start_round = 1
-    if checkpoint_dir is not None and (resumed := load_checkpoint(checkpoint_dir, identity, device)) is not None:
+    resumed = None if checkpoints is None else checkpoints.resume(identity, device, config.training.rounds)
+    if resumed is not None:
         server = resumed.server
         for client, snapshot in zip(clients, resumed.clients):
             client.model, client.optimizer, client.state = snapshot.model, snapshot.optimizer, snapshot.state
-        curves, records, timing = resumed.curves, resumed.records, resumed.timing
+        curves, records, timing = resumed.curves, resumed.records, {**timing, **resumed.timing}
         ctx.loss_guard.reference = resumed.loss_reference
         start_round = resumed.round + 1
         timing["resumed_from_round"] = resumed.round
+    before = dict(timing)  # the earlier processes' sums
+    timing["processes"] += 1
+
+    def elapsed() -> dict[str, float]:  # the sums with this process's time so far
+        return {"wall_time_s": before["wall_time_s"] + time.perf_counter() - started,
+                "process_wall_time_s": time.perf_counter() - started}
 
     evaluations = algorithm.evaluations()
     eval_at = evaluation_rounds(config)
-    timing["setup_time_s"] = time.perf_counter() - started
+    timing["setup_time_s"] = before["setup_time_s"] + time.perf_counter() - started
     for t in range(start_round, config.training.rounds + 1):
         tick = time.perf_counter()
         selected = [clients[c] for c in sample_clients(config, t)]
-        ctx.ledger.take()  # the round's communication starts at zero
-        row: dict[str, float] = {"round": t, **algorithm.run_round(t, server, selected)}
+        ledger = Ledger()  # the round's communication
+        row: dict[str, float] = {"round": t, **run_round(algorithm, t, server, selected, ledger)}
         check_parameters(t, server, selected)
         timing["train_time_s"] += time.perf_counter() - tick
         records += [(t, k, None, float(v)) for k, v in row.items() if k != "round"]
-        records += [(t, k, None, v) for k, v in ctx.ledger.take().items()]  # bytes up and down (records only)
+        records += [(t, k, None, v) for k, v in ledger.take().items()]  # bytes up and down (records only)
         records += [(t, metric, cid, float(v)) for metric, values in algorithm.client_records(server, selected).items()
                     for cid, v in sorted(values.items())]
         if t in eval_at:
@@ -322,14 +337,12 @@ def run_federation(config: ExperimentConfig, data_dir: str | Path | None = None,
             records += [(t, metric, cid, value) for metric, cid, value in evaluated]
             timing["eval_time_s"] += time.perf_counter() - tick
         curves.append(row)
-        if checkpoint_dir is not None and checkpoint_every and t % checkpoint_every == 0 and t < config.training.rounds:
-            tick = time.perf_counter()
-            save_checkpoint(checkpoint_dir, Checkpoint(identity, t, server, [
-                ClientSnapshot(c.model, c.optimizer, c.state) for c in clients], curves, records, timing,
-                ctx.loss_guard.reference))
-            timing["checkpoint_time_s"] += time.perf_counter() - tick
+        if checkpoints is not None and t < config.training.rounds:
+            timing["checkpoint_time_s"] += checkpoints.after_round(t, lambda: Checkpoint(
+                identity, t, server, [ClientSnapshot(c.model, c.optimizer, c.state) for c in clients], curves, records,
+                {**timing, **elapsed()}, ctx.loss_guard.reference))
         if progress is not None:
             progress(t, row)
-    timing["wall_time_s"] = time.perf_counter() - started
+    timing.update(elapsed())
     return RunResult(config, data.sha256, partition.sha256, curves, records, timing, str(device), ctx.architectures,
                      RunState(partition, algorithm, server, clients))

@@ -5,7 +5,9 @@ A suite is described by a params file (the root ``params.yaml`` for the default 
 
     suite:    {name, seeds, jobs, executor: serial|processes|ray, ray: {address, cpus_per_run, gpus_per_run,
                max_retries}, checkpoint_every: <rounds, default 1>,
-               paper: <optional: a paper of PAPERS whose tables this suite makes>,
+               checkpoint_interval_s: <seconds, default 60>,
+               paper: <optional: the paper whose tables this suite makes: its plug-in's module file relative to
+                       this params file (paper.py), or a registered paper's name; bench/suites/plugins.py>,
                statistics: [<statistic name>, ...],   # pinned and compared (default: DEFAULT_STATISTICS)
                timing: <optional: per-round times file of `time_of` budgets, relative to the root>,
                base: <experiment config shared by every run>}
@@ -33,15 +35,15 @@ the method's algorithm section and the seed;
 ``evaluation.every_iterations: I`` evaluates every I / training.local_steps rounds. ``budget``
 (in ``base``, a setting or a method's ``config``; the last one given wins) sets the training
 length: ``{rounds: R}``, or ``{iterations: I}`` for R = I / training.local_steps (FedAL's
-iteration budgets with per-method τ, specs/fedal.md A11, A15), or ``{time_of: {method: M, rounds: R}}``:
+iteration budgets with per-method τ, pipelines/fedal/NOTES.md A11, A15), or ``{time_of: {method: M, rounds: R}}``:
 the rounds this method completes in the wall-clock time M takes for R rounds, ⌊R·s_M/s⌋ with s the
 seconds per round the suite's ``timing`` file records for the setting (``bench suite time`` measures
-them; FedAKD's Table 3, specs/fedakd.md §8 R8), so the runs stay deterministic given that file. With a profile the suite is named
+them; FedAKD's Table 3, pipelines/fedakd/NOTES.md §8 R8), so the runs stay deterministic given that file. With a profile the suite is named
 ``<name>-<profile>``. Results live in ``results/<suite>/<method>/<setting>/seed<seed>/`` and
 partitions in ``partitions/<suite>/<setting>/``, both under the params file's folder.
 
 A run may depend on another method's run on the same setting and seed: through ``needs``, or
-because a statistic compares with it (CF against Standalone, specs/fedakd.md §3.1).
+because a statistic compares with it (CF against Standalone, pipelines/fedakd/NOTES.md §3.1).
 :meth:`Suite.dependencies` lists them, :meth:`Suite.train_order` trains them first.
 """
 from __future__ import annotations
@@ -58,14 +60,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from bench.config import ExperimentConfig, apply_overrides, describe_validation, read_yaml_mapping
 from bench.experiment import build_config
+from bench.runner.checkpoint import CheckpointPolicy
 from bench.runner.executor import RunRequest
 from bench.errors import BenchError
-from bench.suites import dafkd, fedakd, fedal, fedhkd
 from bench.suites.paper import Paper
+from bench.suites.plugins import find_paper
 from bench.suites.statistics import Statistic
 
-PAPERS: dict[str, Paper] = {paper.definition.name: paper
-                            for paper in (fedhkd.PAPER, fedal.PAPER, dafkd.PAPER, fedakd.PAPER)}
 DEFAULT_STATISTICS = ("final_global_acc", "last5_global_acc", "final_local_acc", "last5_local_acc")
 
 
@@ -82,7 +83,9 @@ class RaySection(BaseModel):
 class SuiteSection(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     name: str
-    paper: str | None = Field(None, description="the paper (a key of PAPERS) whose tables this suite makes")
+    paper: str | None = Field(None, description=(
+        "the paper whose tables this suite makes: its plug-in's module file relative to the params file "
+        "(e.g. paper.py), or the name of a registered paper (bench/suites/plugins.py)"))
     seeds: list[int] = Field(min_length=1)
     jobs: int = Field(2, ge=1, description="parallel single-threaded runs (processes, or a local Ray cluster's CPUs)")
     executor: Literal["serial", "processes", "ray"] = Field("processes", description="where runs execute")
@@ -91,8 +94,11 @@ class SuiteSection(BaseModel):
         default_factory=lambda: [Statistic.model_validate(s) for s in DEFAULT_STATISTICS],
         description="pinned and compared for every run; the paper's cells add theirs")
     checkpoint_every: int = Field(1, ge=0, description=(
-        "each run writes its checkpoint every this many rounds (0: never); runs of thousands of short rounds "
-        "spend more time pickling their state than training at 1. Results never depend on it"))
+        "each run may write its checkpoint after every this many rounds (0: never). Results never depend on it"))
+    checkpoint_interval_s: float = Field(60.0, ge=0, allow_inf_nan=False, description=(
+        "and at least this many seconds apart, and 50 times as long as the last one took to write (at most 2 % "
+        "of a run's time; 0: after every checkpoint_every-th round whatever it costs; "
+        "bench/runner/checkpoint.py). Results never depend on it"))
     timing: str | None = Field(None, description="the per-round times file of `time_of` budgets (bench suite time), "
                                                  "relative to the suite's root")
     base: dict[str, Any] = Field(default_factory=dict)
@@ -137,7 +143,7 @@ class TimeOf(BaseModel):
 
 
 class Budget(BaseModel):
-    """The training length: rounds, iterations (rounds × training.local_steps, specs/fedal.md A11), or the
+    """The training length: rounds, iterations (rounds × training.local_steps, pipelines/fedal/NOTES.md A11), or the
     wall-clock time of another method's rounds (``time_of``); ``rounding: down`` takes the whole rounds
     within the iterations where τ does not divide them (FedAL's FedDF-AL, τ = 15, at 5000 iterations: 333
     rounds)."""
@@ -209,8 +215,10 @@ class Suite:
 
     def __post_init__(self) -> None:
         p = self.params
-        if p.suite.paper is not None and p.suite.paper not in PAPERS:
-            raise BenchError(f"suite {self.name}: paper {p.suite.paper!r} is not one of: {', '.join(PAPERS)}")
+        try:
+            self.paper  # finds (imports) the paper's plug-in now: a wrong `suite.paper` fails on loading the suite
+        except BenchError as exc:
+            raise BenchError(f"suite {self.name}: {exc}") from None
         for setting, overlay in p.settings.items():
             for field in ("methods", "method_config"):
                 if unknown := [m for m in overlay.get(field) or () if m not in p.methods]:
@@ -240,10 +248,21 @@ class Suite:
         """The settings ``method`` runs on, in the suite's order."""
         return [s for s in self.params.settings if self.runs_on(method, s)]
 
-    @property
+    @cached_property
     def paper(self) -> Paper | None:
-        """The paper whose tables this suite makes, if any."""
-        return PAPERS[self.params.suite.paper] if self.params.suite.paper else None
+        """The paper whose tables this suite makes, if any (its plug-in, bench/suites/plugins.py)."""
+        reference = self.params.suite.paper
+        if reference is None:
+            return None
+        return find_paper(reference, self.params_file.parent if self.params_file else self.root)
+
+    @property
+    def settings(self) -> list[str]:
+        return list(self.params.settings)
+
+    @property
+    def seeds(self) -> list[int]:
+        return list(self.params.suite.seeds)
 
     def statistics(self, setting: str) -> list[Statistic]:
         """Every statistic of this setting's runs: the suite's, then those of the paper's cells on it."""
@@ -318,7 +337,8 @@ class Suite:
     def requests(self, method: str, data_dir: Path | None = None) -> list[RunRequest]:
         return [RunRequest(self.config(method, setting, seed), self.run_dir(method, setting, seed), data_dir,
                            self.partition_dir(setting) if (self.partition_dir(setting) / "partition.json").exists()
-                           else None, self.params.suite.checkpoint_every)
+                           else None, CheckpointPolicy(self.params.suite.checkpoint_every,
+                                                       self.params.suite.checkpoint_interval_s))
                 for setting in self.settings_of(method) for seed in self.params.suite.seeds]
 
     def figure_config(self, figure: str) -> ExperimentConfig:

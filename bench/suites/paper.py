@@ -1,6 +1,9 @@
-"""A paper's tables as data, and what its module adds in code (DESIGN.md "suites").
+"""A paper's tables as data, and what its plug-in adds in code.
 
-:class:`PaperDefinition` (a YAML file beside the paper module) holds every table the suite
+A paper is a plug-in (:mod:`bench.suites.plugins`): in this repository a folder ``pipelines/<paper>/`` whose
+``paper.yaml`` is its :class:`PaperDefinition` and whose ``paper.py`` builds its :class:`Paper` and registers it.
+
+:class:`PaperDefinition` holds every table the suite
 reproduces: its measures (each a named statistic, bench/suites/statistics.py), its columns (each
 measured on one suite setting) and the paper's printed values, transcribed as printed
 (:class:`Block`). So every cell names (method, setting, metric, statistic) and carries the printed
@@ -10,13 +13,15 @@ value. ``acceptance`` is the band a cell of the paper's own columns must lie in 
 value (:func:`band_cells`). Ranks are always among the paper's rows (``methods``): a suite's other
 methods (e.g. a code-mode variant) are shown but unranked.
 
-:class:`Paper` is what the paper module (``bench/suites/<paper>.py``) provides: the definition,
-the paper's claims as functions over :class:`Results` (ours, or the paper's own tables), and extra
-report sections (e.g. FedHKD's Params and Time columns). The report renders any paper from these.
+:class:`Paper` is what the plug-in provides: the definition, the papers' (model, dataset) configurations
+with the parameter counts it prints (``bench models``), and hooks the report calls: the paper's claims as
+functions over :class:`Results` (ours, or the paper's own tables), extra report sections (e.g. FedHKD's
+Params and Time columns), figures computed from the results (:meth:`Paper.figures`) and figures of other
+kinds it draws itself (:meth:`Paper.own_figures`). The report renders any paper from these.
 """
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol
@@ -25,17 +30,27 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError,
 
 from bench.config import ExperimentConfig, describe_validation, read_yaml_mapping
 from bench.errors import BenchError
-from bench.suites.statistics import Statistic
-
+from bench.models.paper_configs import PaperConfig
+from bench.suites.statistics import Records, Statistic
 
 
 class SuiteView(Protocol):
     """What a paper's hooks may ask of the suite being reported (:class:`bench.suites.Suite` is one):
-    its methods (the rows), which run on which setting, the config of any of its runs and of any run of its
-    ``paper`` profile, and the seconds per round its timing file records (``time_of`` budgets)."""
+    its name, methods (the rows), settings and seeds, which method runs on which setting, the config of any
+    of its runs and of any run of its ``paper`` profile, a setting's partition (its config and folder), and
+    the seconds per round its timing file records (``time_of`` budgets)."""
+
+    @property
+    def name(self) -> str: ...
 
     @property
     def methods(self) -> list[str]: ...
+
+    @property
+    def settings(self) -> list[str]: ...
+
+    @property
+    def seeds(self) -> list[int]: ...
 
     def runs_on(self, method: str, setting: str) -> bool: ...
 
@@ -43,7 +58,28 @@ class SuiteView(Protocol):
 
     def paper_config(self, method: str, setting: str, seed: int) -> ExperimentConfig: ...
 
+    def partition_config(self, setting: str) -> ExperimentConfig: ...
+
+    def partition_dir(self, setting: str) -> Path: ...
+
     def round_seconds(self, setting: str, methods: list[str]) -> dict[str, float]: ...
+
+
+class FinishedRun(Protocol):
+    """What a paper's own figures may read of one finished run (:class:`bench.report.runs.RunRecord` is one):
+    its folder (e.g. a saved ``model.pt``), its records and its training time per round."""
+
+    @property
+    def run_dir(self) -> Path: ...
+
+    @property
+    def records(self) -> Records: ...
+
+    @property
+    def seconds_per_round(self) -> float: ...
+
+
+RunKey = tuple[str, str, int]  # (method, setting, seed)
 
 TIME_RATIO = "time_ratio"  # a measure every Results may hold: training time per round / FedAvg's
 CellKey = tuple[str, str, str]  # (method, column key, measure)
@@ -98,7 +134,7 @@ class Block(_Strict):
 
 class Acceptance(_Strict):
     """The acceptance band of the paper's own columns: a cell passes when |ours − printed| ≤ ``within``
-    (in printed units); the cells within ``tight`` are counted too (e.g. specs/fedhkd.md §10 (a):
+    (in printed units); the cells within ``tight`` are counted too (e.g. pipelines/fedhkd/NOTES.md §10 (a):
     ±3–5 points). Low-confidence cells are left out."""
 
     source: str = Field(description="where the band is stated")
@@ -108,7 +144,7 @@ class Acceptance(_Strict):
     within: float = Field(gt=0)
     tight: float | None = Field(None, gt=0)
     overrides: dict[str, float] = Field(default_factory=dict, description=(
-        "a band of its own for '<measure>' or '<measure>@<column group>' (e.g. specs/fedakd.md §8: CF ±15, "
+        "a band of its own for '<measure>' or '<measure>@<column group>' (e.g. pipelines/fedakd/NOTES.md §8: CF ±15, "
         "CIFAR-10 accuracy ±3); the most specific wins"))
 
     @model_validator(mode="after")
@@ -162,11 +198,11 @@ class Figure(_Strict):
     method of ``methods`` that runs there, the mean over seeds of ``metric`` (``metric_for``: another
     metric for some methods, e.g. FedAvg's global model) against ``x``:
 
-    * ``rounds``; ``iterations`` = rounds × ``training.local_steps`` (specs/fedal.md A11);
+    * ``rounds``; ``iterations`` = rounds × ``training.local_steps`` (pipelines/fedal/NOTES.md A11);
     * ``upload_mb``: the cumulative upstream volume per client (the ``upload_bytes`` records over the
       round's clients), in MB;
     * ``modelled_time``: the measured training time per round × rounds + the cumulative volume up and
-      down per client over a link of ``bandwidth_mbps`` (specs/fedal.md R10)."""
+      down per client over a link of ``bandwidth_mbps`` (pipelines/fedal/NOTES.md R10)."""
 
     title: str
     caption: str = ""
@@ -183,7 +219,7 @@ class PaperDefinition(_Strict):
 
     name: str
     title: str
-    source: str = Field(description="where the printed values come from, e.g. specs/fedhkd.md §6")
+    source: str = Field(description="where the printed values come from, e.g. pipelines/fedhkd/NOTES.md §6")
     proposed: str = Field(description="the paper's own method, whose rank the report states")
     methods: dict[str, str] = Field(min_length=1, description="method -> label")
     labels: dict[str, str] = Field(default_factory=dict, description="labels of suite methods not in the tables")
@@ -499,10 +535,12 @@ round (empty where the method has no finished run there)."""
 
 
 class Paper:
-    """A paper's definition and code; a paper module subclasses it to add claims, sections and figures."""
+    """A paper's definition and code; a plug-in subclasses it to add claims, sections and figures, and passes
+    its (model, dataset) configurations with the parameter counts the paper prints (``model_configs``)."""
 
-    def __init__(self, definition: PaperDefinition) -> None:
+    def __init__(self, definition: PaperDefinition, model_configs: tuple[PaperConfig, ...] = ()) -> None:
         self.definition = definition
+        self.model_configs = model_configs
 
     def printed(self) -> Results:
         """The paper's own tables as results (a subclass may add measures, e.g. :data:`TIME_RATIO`)."""
@@ -519,4 +557,10 @@ class Paper:
     def figures(self, ours: Results, curve: Curve) -> list[LineFigure]:
         """The paper's figures drawn from our results (e.g. accuracy against α from a table's cells) and
         learning curves."""
+        return []
+
+    def own_figures(self, suite: SuiteView, runs: Mapping[RunKey, FinishedRun], folder: Path,
+                    data_dir: Path | None) -> list[Path]:
+        """Figures of other kinds the paper draws itself into ``folder`` (partitions, contributions, feature
+        densities) from the suite's partitions, finished runs and datasets (``data_dir``); the files written."""
         return []

@@ -1,4 +1,4 @@
-"""Named statistics of a run, computed from its per-round, per-client records (DESIGN.md "Statistics").
+"""Named statistics of a run, computed from its per-round, per-client records (docs/architecture.md "Suites, statistics and papers").
 
 A statistic reduces one metric's records to one number in two steps: per evaluated round, the
 values of the clients (client-id order) to one value (``clients``), then the rounds to one number
@@ -10,10 +10,10 @@ values of the clients (client-id order) to one value (``clients``), then the rou
 
 e.g. ``final_global_acc``, ``last5_local_acc`` (mean over clients, then over the last 5 rounds),
 ``final_clientmax_local_acc`` (FedAKD's Max Client Accuracy), ``final_cf(standalone)_local_acc``
-(FedAKD's CF coefficient as the paper defines it, specs/fedakd.md §3.1), ``last3_cfcode(standalone)_local_acc``
+(FedAKD's CF coefficient as the paper defines it, pipelines/fedakd/NOTES.md §3.1), ``last3_cfcode(standalone)_local_acc``
 (CF as the released code computes it, §3.2), ``final_clientstd_client_global_acc`` (the spread over
-clients, population std: FedAL's "±" read as dispersion over clients, specs/fedal.md A14),
-``reach0.85_global_acc`` (DaFKD's rounds to 85%, specs/dafkd.md §3.6), ``count_train_loss`` (the rounds a
+clients, population std: FedAL's "±" read as dispersion over clients, pipelines/fedal/NOTES.md A14),
+``reach0.85_global_acc`` (DaFKD's rounds to 85%, pipelines/dafkd/NOTES.md §3.6), ``count_train_loss`` (the rounds a
 run completed: FedAKD's Table 3 "Round"). ``max`` over rounds selects on the test set: it is secondary
 (optimistic).
 A run-level metric (no client column) takes no client reduction.
@@ -68,12 +68,12 @@ def max_over_rounds(series: Series) -> float:
 
 
 def rounds_to_target(series: Series, target: float) -> float:
-    """The first round whose value is ≥ ``target`` (specs/dafkd.md §3.6); ``inf``: never reached."""
+    """The first round whose value is ≥ ``target`` (pipelines/dafkd/NOTES.md §3.6); ``inf``: never reached."""
     return float(next((r for r, v in series.items() if v >= target), math.inf))
 
 
 def cf(standalone: Sequence[float], federated: Sequence[float]) -> float:
-    """Collaborative fairness: 100 · Pearson(Acc_s, Acc_p) across clients (specs/fedakd.md §3.1);
+    """Collaborative fairness: 100 · Pearson(Acc_s, Acc_p) across clients (pipelines/fedakd/NOTES.md §3.1);
     NaN where undefined (fewer than 2 clients, or a constant vector)."""
     x, y = np.asarray(standalone, dtype=float), np.asarray(federated, dtype=float)
     if len(x) < 2 or np.ptp(x) == 0 or np.ptp(y) == 0:
@@ -82,7 +82,7 @@ def cf(standalone: Sequence[float], federated: Sequence[float]) -> float:
 
 
 def cf_code(standalone: Sequence[float], federated: Sequence[float]) -> float:
-    """CF as FedAKD's released scripts compute it (specs/fedakd.md §3.2): Acc_s read back from the standalone
+    """CF as FedAKD's released scripts compute it (pipelines/fedakd/NOTES.md §3.2): Acc_s read back from the standalone
     script's text file (``Client k: 0.xxxx``, 4 decimals, float32), then ``100·np.corrcoef(acc_p, acc_s)[0, 1]``,
     set to 0 when either vector is all zeros; NaN where the correlation is undefined (a constant vector)."""
     acc_s = np.array([round(float(v), 4) for v in standalone], dtype=np.float32)
@@ -110,7 +110,7 @@ def mean_std(values: Sequence[float]) -> tuple[float, float | None]:
 
 def mean_max_abs_dev(values: Sequence[float]) -> tuple[float, float | None]:
     """Mean and maximum absolute deviation from it over seeds, as DaFKD reports rounds to a target
-    (specs/dafkd.md §3.7); None for one value."""
+    (pipelines/dafkd/NOTES.md §3.7); None for one value."""
     mean = math.fsum(values) / len(values)
     return mean, (max(abs(v - mean) for v in values) if len(values) > 1 else None)
 

@@ -1,4 +1,4 @@
-"""Measuring seconds per round for ``time_of`` budgets (``bench suite time``; specs/fedakd.md §8 R8, Table 3).
+"""Measuring seconds per round for ``time_of`` budgets (``bench suite time``; pipelines/fedakd/NOTES.md §8 R8, Table 3).
 
 Every method of a timed setting trains the setting's first seed for a few probe rounds in this process,
 one after another on the same hardware; the seconds between the ends of consecutive rounds (round 1 left

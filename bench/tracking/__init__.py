@@ -197,7 +197,7 @@ def experiment_id(name: str) -> str:
 
 
 def init_mlflow(experiment: str) -> str:
-    """Create the store and experiment once, before runs fan out to processes (anchors.md §3.2)."""
+    """Create the store and experiment once, before runs fan out to processes: processes that each create a missing SQLite store at once race on its schema."""
     import mlflow
 
     def create() -> str:

@@ -15,13 +15,18 @@ with ``import examples.plugins.codistill`` (or an ``fkd_bench.algorithms`` entry
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
+
 import torch
-import torch.nn.functional as F
 from pydantic import Field
 
 from bench.algorithms import register_algorithm
 from bench.algorithms.base import Algorithm, AlgorithmParams
-from bench.engine.loop import Step
+from bench.engine.distillation import kd_loss
+from bench.engine.evaluation import eval_mode
+from bench.engine.loop import Loop, Step
+from bench.engine.protocol import Exchange, Lockstep, Metrics, Phase
 from bench.engine.state import Client, NoState, Server
 
 
@@ -31,43 +36,60 @@ class CoDistillParams(AlgorithmParams):
     temperature: float = Field(2.0, gt=0, description="distillation temperature T")
 
 
-def distillation_loss(logits: torch.Tensor, consensus: torch.Tensor, temperature: float) -> torch.Tensor:
-    """T² · KL(softmax(z̄/T) ‖ softmax(z/T)), batch mean."""
-    return temperature ** 2 * F.kl_div(F.log_softmax(logits / temperature, dim=1),
-                                       F.softmax(consensus / temperature, dim=1), reduction="batchmean")
+@dataclass(frozen=True)
+class Logits:
+    """A client's logits z_k(x_i) on the public batch (eval mode): what it uploads."""
+
+    logits: torch.Tensor
 
 
-@torch.no_grad()
-def upload(model: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
-    """A client's logits on the public batch, in eval mode."""
-    model.eval()
-    _, logits = model(x)
-    model.train()
-    return logits
+@dataclass(frozen=True)
+class Consensus:
+    """The mean z̄(x_i) of the clients' logits: what the server sends back."""
+
+    logits: torch.Tensor
 
 
 @register_algorithm("codistill")
-class CoDistill(Algorithm[NoState, NoState]):
+class CoDistill(Algorithm[NoState, NoState, None, None]):
     Params = CoDistillParams
     params: CoDistillParams
     has_global_model = False
 
-    def run_round(self, round_index: int, server: Server[NoState], clients: list[Client[NoState]]) -> dict[str, float]:
-        p = self.params
-        train = [self.ctx.local_train(c, round_index, self.local_loss) for c in clients]
-        public = self.ctx.shared_public(p.public_batch_size, round_index)  # a fresh order every round
-        loops = [self.ctx.client_loop(c, round_index) for c in clients]
-        distill = []
-        for i in range(p.distill_steps):
-            x = public.batch(i)  # the same batch for every client in iteration i
-            consensus = torch.stack([upload(c.model, x) for c in clients]).mean(0)
-            for client, loop in zip(clients, loops):
-                distill.append(loop.run([x], lambda step, batch: self.distill_step(step, client, batch, consensus)))
-        out = {"train_loss": sum(train) / len(train)}
-        if distill:
-            out["distill_loss"] = sum(distill) / len(distill)
-        return out
+    def phases(self, round_index: int) -> Sequence[Phase[NoState, NoState]]:
+        """Private training (nothing crosses), then ``distill_steps`` lockstep iterations on the public batches of
+        a fresh order every round; the round reports ``train_loss`` and ``distill_loss``."""
+        public = self.ctx.shared_public(self.params.public_batch_size, round_index)
+        return [Exchange(self.broadcast, self.client_update, self.aggregate),
+                Lockstep(self.params.distill_steps, public.batch, self.start, self.predict,
+                         self.upload, self.serve, self.distill_loss, loss_name="distill_loss")]
 
-    def distill_step(self, step: Step, client: Client[NoState], x: torch.Tensor, consensus: torch.Tensor) -> torch.Tensor:
-        _, logits = client.model(x)
-        return distillation_loss(logits, consensus, self.params.temperature)
+    def broadcast(self, round_index: int, server: Server[NoState], cid: int) -> None:
+        return None
+
+    def update(self, client: Client[NoState]) -> None:
+        return None
+
+    def start(self, round_index: int, client: Client[NoState]) -> Loop:
+        """The client's loop for the distillation steps: its own optimiser."""
+        return self.ctx.client_loop(client, round_index)
+
+    @torch.no_grad()
+    def predict(self, client: Client[NoState], x: torch.Tensor) -> torch.Tensor:
+        """The client's logits on the public batch, in eval mode (its step forwards again, in train mode)."""
+        with eval_mode(client.model):
+            return client.model(x)[1]
+
+    def upload(self, client: Client[NoState], logits: torch.Tensor) -> Logits:
+        return Logits(logits)
+
+    def serve(self, round_index: int, server: Server[NoState], cids: list[int], x: torch.Tensor,
+              uploads: list[Logits]) -> tuple[list[Consensus], Metrics]:
+        consensus = Consensus(torch.stack([u.logits for u in uploads]).mean(0))
+        return [consensus] * len(cids), {}
+
+    def distill_loss(self, step: Step, client: Client[NoState], x: torch.Tensor, logits: torch.Tensor,
+                     consensus: Consensus) -> torch.Tensor:
+        """T²·KL(softmax(z̄/T) ‖ softmax(z_k/T)) on a train-mode forward pass."""
+        _, student = client.model(x)
+        return kd_loss(student, consensus.logits, self.params.temperature)

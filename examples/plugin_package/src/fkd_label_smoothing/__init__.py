@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from pydantic import Field
 
 from bench.algorithms import register_algorithm
-from bench.algorithms.base import AveragingParams, ParameterAveraging
+from bench.algorithms.base import AveragingParams, ModelAveraging
 from bench.engine.loop import Step
 from bench.engine.state import Client, NoState
 
@@ -20,7 +20,7 @@ class LabelSmoothingParams(AveragingParams):
 
 
 @register_algorithm("fedavg_ls")
-class FedAvgLabelSmoothing(ParameterAveraging[NoState, NoState]):
+class FedAvgLabelSmoothing(ModelAveraging[NoState, NoState]):
     Params = LabelSmoothingParams
     params: LabelSmoothingParams
 

@@ -1,5 +1,5 @@
-"""FedHKD (ICLR 2023): Tables 1 and 2 (``fedhkd.yaml``), the claims the report checks
-(specs/fedhkd.md §6, §6.1, §10) and the Params and Time sections.
+"""FedHKD (ICLR 2023): Tables 1 and 2 (``paper.yaml``), the claims the report checks
+(pipelines/fedhkd/NOTES.md §6, §6.1, §10) and the Params and Time sections.
 
 The ``paper`` profile's settings are the paper's columns (``svhn-m10`` … ``svhn-b5``). The ``proxy``
 (digits) and ``smoke`` (fabricated 3x32x32) profiles' columns are analogues of the paper's
@@ -11,9 +11,10 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from bench.models.paper_configs import CLIENT_MODEL, FEATURE_GENERATOR, PaperConfig, printed
 from bench.suites.paper import (TIME_RATIO, Claim, Paper, PaperDefinition, ReportColumn, Results, Section,
                                 SuiteView, pairs_claim, range_claim, stated_claim)
-
+from bench.suites.plugins import register_paper
 
 BETA_PAIRS = [(f"{d}-b0.2", f"{d}-b5") for d in ("cifar10", "svhn")]  # Table 2: the same data at β = 0.2 and 5
 STATED_GAINS = {  # §4.2 "Accuracy comparison" (spec §6.1): FedHKD's relative gain over FedAvg, in %
@@ -186,4 +187,20 @@ def _fmt(value: float | None, digits: int) -> str:
     return "—" if value is None else f"{value:.{digits}f}"
 
 
-PAPER = FedHKD(PaperDefinition.load(Path(__file__).with_name("fedhkd.yaml")))
+MODEL_CONFIGS = (  # the (model, dataset) configurations and the parameter counts printed
+    # FedHKD (ICLR 2023): torchvision backbones with fc -> d, then Linear(d, n).
+    PaperConfig("FedHKD", CLIENT_MODEL, "fedhkd_shufflenetv2", ("svhn",), (3, 32, 32), 10, printed("1,286,734"),
+                "pipelines/fedhkd/NOTES.md §5.4 (Table 1 \"1.286\")", {"latent_dim": 32}),
+    PaperConfig("FedHKD", CLIENT_MODEL, "fedhkd_resnet18", ("cifar10",), (3, 32, 32), 10, printed("11,209,994"),
+                "pipelines/fedhkd/NOTES.md §5.4 (Table 1 \"11.209\"; the 2022 log)", {"latent_dim": 64}),
+    PaperConfig("FedHKD", CLIENT_MODEL, "fedhkd_resnet18", ("cifar100",), (3, 32, 32), 100, printed("11,215,844"),
+                "pipelines/fedhkd/NOTES.md §5.4 (Table 1 \"11.215\")", {"latent_dim": 64}),
+    PaperConfig("FedHKD", FEATURE_GENERATOR, "fedgen_generator", ("cifar10",), (64,), 10, printed("0.072M"),
+                "pipelines/fedhkd/NOTES.md §4 FedGen (Table 1 11.281 - 11.209)", {"noise_dim": 64, "hidden": 512}),
+    PaperConfig("FedHKD", FEATURE_GENERATOR, "fedgen_generator", ("cifar100",), (64,), 100, printed("0.118M"),
+                "pipelines/fedhkd/NOTES.md §4 FedGen (Table 1 11.333 - 11.215)", {"noise_dim": 64, "hidden": 512}),
+    # No SVHN generator: its d = 32 generator has 55,840 parameters (0.056M), not the 0.071M of Table 1's
+    # 1.357 - 1.286; no generator of this shape with a 32-dim output gives it (the search in tests/test_models.py).
+)
+
+PAPER = register_paper(FedHKD(PaperDefinition.load(Path(__file__).with_name("paper.yaml")), MODEL_CONFIGS))

@@ -1,5 +1,5 @@
-"""FedAKD (KDD 2025): Tables 1-5 (``fedakd.yaml``), the claims the report checks (specs/fedakd.md §8 R5, R6,
-R8, R9; §5.4) and the sections for Tables 2 and 3.
+"""FedAKD (KDD 2025): Tables 1-5 (``paper.yaml``), the claims the report checks (pipelines/fedakd/NOTES.md §8 R5, R6,
+R8, R9; §5.4), the sections for Tables 2 and 3, and its own figures (``figures.py``).
 
 The ``paper`` and ``paper_code`` profiles' Table-1 and Table-5 settings are the paper's columns
 (``fmnist-pow`` … ``t5-cifar10-dir3``). Tables 3 and 4 were run on the private EHR data, so every profile
@@ -12,10 +12,16 @@ so claims compare within one side only, and the evidence quotes values as they a
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 
 from bench.errors import BenchError
-from bench.suites.paper import TIME_RATIO, Claim, Paper, PaperDefinition, Results, Section, SuiteView, range_claim
+from bench.models.paper_configs import CLIENT_MODEL, PaperConfig, printed
+from bench.suites.paper import (TIME_RATIO, Claim, FinishedRun, Paper, PaperDefinition, Results, RunKey, Section,
+                                SuiteView, range_claim)
+from bench.suites.plugins import register_paper
+
+from . import figures
 
 CF_METHODS = ("cffl", "cgsv", "fedave", "fedsac")  # the collaborative-fairness baselines (§4)
 TABLE1_METHODS = ("standalone", "fedavg", "cffl", "cgsv", "fedave", "fedsac", "pfedck", "feddc", "fedas", "fedmpr",
@@ -196,9 +202,26 @@ class FedAKD(Paper):
             + TIME_SETTINGS_NOTE,
             ["setting", "method", "s/round", "× FedAKD", "rounds (ours)", "rounds (paper)"], rows)
 
+    def own_figures(self, suite: SuiteView, runs: Mapping[RunKey, FinishedRun], folder: Path,
+                    data_dir: Path | None) -> list[Path]:
+        """The partition sanity check and the analogues of Figures 1-4 (figures.py)."""
+        return figures.own_figures(suite, runs, folder, data_dir)
+
 
 def _fmt(value: float | None, digits: int = 2) -> str:
     return "—" if value is None else f"{value:.{digits}f}"
 
 
-PAPER = FedAKD(PaperDefinition.load(Path(__file__).with_name("fedakd.yaml")))
+MODEL_CONFIGS = (  # the (model, dataset) configurations and the parameter counts printed
+    # FedAKD (KDD 2025): SimpleCNN in every simulation; the Table 5 CNNs of the CF standalone script.
+    PaperConfig("FedAKD", CLIENT_MODEL, "fedakd_simplecnn", ("fashionmnist",), (1, 28, 28), 10, printed("50,378"),
+                "pipelines/fedakd/NOTES.md §1.8"),
+    PaperConfig("FedAKD", CLIENT_MODEL, "fedakd_simplecnn", ("cifar10",), (3, 32, 32), 10, printed("60,554"),
+                "pipelines/fedakd/NOTES.md §1.8"),
+    PaperConfig("FedAKD", CLIENT_MODEL, "fedakd_cnn2", ("fashionmnist",), (1, 28, 28), 10, printed("255,690"),
+                "pipelines/fedakd/NOTES.md §2.7 (Table 5 TwoLayerCNN_MNIST)"),
+    PaperConfig("FedAKD", CLIENT_MODEL, "fedakd_cnn3", ("cifar10",), (3, 32, 32), 10, printed("1,403,978"),
+                "pipelines/fedakd/NOTES.md §2.7 (Table 5 ThreeLayerCNN_CIFAR)"),
+)
+
+PAPER = register_paper(FedAKD(PaperDefinition.load(Path(__file__).with_name("paper.yaml")), MODEL_CONFIGS))

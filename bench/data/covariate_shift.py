@@ -1,11 +1,8 @@
-"""The four papers' own partitions, beyond the generic ``iid`` / ``shards`` / ``dirichlet`` schemes.
+"""Covariate-shift partitions: scheme ``fedakd``, FedAKD's partition generator (pipelines/fedakd/NOTES.md §2.2-2.5).
 
-* FedAL (specs/fedal.md §4.2): ``dirichlet`` with ``mode=per_client`` (equal sizes) or ``per_class``;
-  its unlabelled public set (§4.3, A12) is :func:`public_split`.
-* FedHKD (specs/fedhkd.md §5.2): scheme ``fedhkd``, the released-code procedure.
-* DaFKD (specs/dafkd.md §3.2): scheme ``dafkd``.
-* FedAKD (specs/fedakd.md §2.2-2.5): scheme ``fedakd`` (POW, BCS, ICS(C); Algorithm 2 or ``devide.py``).
-* LEAF CelebA (specs/fedal.md §4.1): scheme ``leaf``, one client per user.
+Power-law client sizes (POW), an equal covariate shift per client (BCS) and power-law sizes with a shift
+of strength C (ICS(C)), each by Algorithm 2 in a low-dimensional PCA space or as ``devide.py`` cuts the
+PC1 order; and the label shifts of its Appendix D (CLA, DIR(α)) on the same pool.
 """
 from __future__ import annotations
 
@@ -14,107 +11,9 @@ from typing import Literal
 import numpy as np
 from pydantic import Field
 
-from bench.data.partition import (
-    DirichletParams,
-    Indices,
-    SchemeParams,
-    Split,
-    _dirichlet_per_class,
-    register_partitioner,
-)
-from bench.rng import numpy_stream
+from bench.data.partition import Indices, SchemeParams, Split, register_partitioner
 from bench.errors import BenchError
-
-# ----------------------------------------------------------------------------------------------
-# FedAL public set
-
-
-def public_split(num_samples: int, size: int, seed: int, disjoint: bool = False,
-                 candidates: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """FedAL's unlabelled public set 𝒫 (specs/fedal.md §4.3, §2.6 A12): ``size`` train-split
-    indices (|𝒫| ∈ {200, …, 1000}, default 1000) drawn uniformly without replacement from
-    ``candidates`` (default: all), and the indices left for the clients: the whole train split by
-    default (𝒫 ⊂ ∪𝒟_n), or the complement of 𝒫 when ``disjoint``. For CelebA pass as
-    ``candidates`` the samples of LEAF users that are not clients. Both arrays are sorted."""
-    pool = np.arange(num_samples) if candidates is None else np.unique(np.asarray(candidates, dtype=np.int64))
-    if not 0 < size <= len(pool):
-        raise BenchError(f"public set size {size} must be between 1 and the {len(pool)} candidate samples")
-    public = np.sort(numpy_stream(seed, "public-set").choice(pool, size=size, replace=False)).astype(np.int64)
-    remaining = np.setdiff1d(np.arange(num_samples), public) if disjoint else np.arange(num_samples)
-    return public, remaining.astype(np.int64)
-
-
-# ----------------------------------------------------------------------------------------------
-# FedHKD
-
-
-class FedHKDParams(SchemeParams):
-    alpha: float = Field(gt=0, description="Dirichlet concentration β")
-    part: float | None = Field(None, gt=0, description="subsampling fraction; default num_clients / 100")
-    replace: bool = Field(True, description="subsample with replacement (the released code)")
-    min_size: int = Field(10, ge=0, description="redraw until every train partition has this many")
-
-
-@register_partitioner("fedhkd", FedHKDParams, needs=("seed", "test_labels"))
-def fedhkd(labels: np.ndarray, num_clients: int, rng: np.random.Generator, params: FedHKDParams, *,
-           seed: int, test_labels: np.ndarray) -> Split:
-    """FedHKD's released-code partition (specs/fedhkd.md §5.2): per-class Dirichlet shared by train and test.
-
-    One ``Dir(β)`` draw per class cuts both the shuffled train class and the (unshuffled) test
-    class, each with its own balance cap; redrawn until every train part has ``min_size``; each
-    train part is shuffled, then subsampled to ``int(part·n)`` and each test part to
-    ``int(2·part·n)``, with replacement. Uses numpy's legacy stream ``np.random.seed(seed)``
-    through a private ``RandomState`` (never the global one) so the spec's seed-0 vectors hold.
-    Local test indices point into the test split."""
-    legacy = np.random.RandomState(seed)
-    m, n, n_test = num_clients, len(labels), len(test_labels)
-    num_classes = int(max(labels.max(), test_labels.max())) + 1
-    min_size = -1
-    while min_size < params.min_size:
-        batch: list[list[int]] = [[] for _ in range(m)]
-        batch_test: list[list[int]] = [[] for _ in range(m)]
-        for k in range(num_classes):
-            idx_k = np.where(labels == k)[0]
-            idx_k_test = np.where(test_labels == k)[0]
-            legacy.shuffle(idx_k)
-            p = legacy.dirichlet(np.repeat(params.alpha, m))
-            p_tr = np.array([pj * (len(b) < n / m) for pj, b in zip(p, batch)])
-            p_te = np.array([pj * (len(b) < n_test / m) for pj, b in zip(p, batch_test)])
-            p_tr, p_te = p_tr / p_tr.sum(), p_te / p_te.sum()
-            cuts_tr = (np.cumsum(p_tr) * len(idx_k)).astype(int)[:-1]
-            cuts_te = (np.cumsum(p_te) * len(idx_k_test)).astype(int)[:-1]
-            batch = [b + part.tolist() for b, part in zip(batch, np.split(idx_k, cuts_tr))]
-            batch_test = [b + part.tolist() for b, part in zip(batch_test, np.split(idx_k_test, cuts_te))]
-        min_size = min(len(b) for b in batch)
-    for b in batch:
-        legacy.shuffle(b)
-    part = params.part if params.part is not None else m / 100
-    train = [np.asarray(b)[legacy.choice(len(b), int(part * len(b)), replace=params.replace)] for b in batch]
-    test = [np.asarray(b, dtype=np.int64)[legacy.choice(len(b), int(2 * part * len(b)), replace=params.replace)]
-            for b in batch_test]
-    return Split([np.sort(t).astype(np.int64) for t in train], [np.sort(t) for t in test], "test")
-
-
-# ----------------------------------------------------------------------------------------------
-# DaFKD
-
-
-class DaFKDParams(SchemeParams):
-    alpha: float = Field(gt=0, description="Dirichlet concentration α")
-    min_size: int = Field(100, ge=0, description="resample until every client has this many (min_require)")
-
-
-@register_partitioner("dafkd", DaFKDParams)
-def dafkd(labels: np.ndarray, num_clients: int, rng: np.random.Generator, params: DaFKDParams) -> Indices:
-    """DaFKD's partition (specs/dafkd.md §3.2): the NIID-Bench per-class Dirichlet with the balance cap
-    over all training samples, resampled until every client holds ≥ 100; evaluation uses the
-    full test set, so no local test split."""
-    return _dirichlet_per_class(labels, num_clients, DirichletParams(alpha=params.alpha, min_size=params.min_size),
-                                rng)
-
-
-# ----------------------------------------------------------------------------------------------
-# FedAKD
+from bench.rng import numpy_stream
 
 
 class FedAKDParams(SchemeParams):
@@ -137,7 +36,7 @@ CODE_SPLIT_STATE = 42  # train_test_split(test_size=0.2, random_state=42, shuffl
 
 
 def power_law_counts(total: int, num_clients: int) -> np.ndarray:
-    """n_k = ⌊total·(1/k)/Z⌋, Z = Σ 1/k, remainder +1 from client 1 on (specs/fedakd.md §2.2-2.4)."""
+    """n_k = ⌊total·(1/k)/Z⌋, Z = Σ 1/k, remainder +1 from client 1 on (pipelines/fedakd/NOTES.md §2.2-2.4)."""
     shares = 1.0 / np.arange(1, num_clients + 1)
     counts = np.floor(total * shares / shares.sum()).astype(np.int64)
     counts[: total - counts.sum()] += 1
@@ -154,7 +53,7 @@ def pca_coordinates(features: np.ndarray, dims: int = PCA_COMPONENTS) -> np.ndar
 
 def covariate_shift_sample(coords: np.ndarray, counts: np.ndarray, shift: float,
                            rng: np.random.Generator) -> tuple[Indices, np.ndarray, np.ndarray]:
-    """FedAKD Algorithm 2 (specs/fedakd.md §2.3): for each client k draw δ_k = √C·L·u_k (Σ = LLᵀ,
+    """FedAKD Algorithm 2 (pipelines/fedakd/NOTES.md §2.3): for each client k draw δ_k = √C·L·u_k (Σ = LLᵀ,
     u_k uniform on the sphere), so δ_kᵀΣ⁻¹δ_k = C exactly; weight every sample by the density
     N(x; μ+δ_k, Σ) (log-sum-exp normalised) and draw n_k indices with replacement. Returns the
     index arrays, the δ_k (rows) and Σ."""
@@ -178,7 +77,7 @@ def covariate_shift_sample(coords: np.ndarray, counts: np.ndarray, shift: float,
 
 def _client_test_split(part: np.ndarray, fraction: float, form: str,
                        rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-    """FedAKD's per-client split (specs/fedakd.md §2.5): code form is sklearn's
+    """FedAKD's per-client split (pipelines/fedakd/NOTES.md §2.5): code form is sklearn's
     ``train_test_split(test_size=0.2, random_state=42, shuffle=True)``; paper form splits the
     client's *unique* indices, so no duplicate of a test image is trained on (§2.3)."""
     if fraction == 0:
@@ -195,7 +94,7 @@ def _client_test_split(part: np.ndarray, fraction: float, form: str,
 
 def class_count_split(pool: np.ndarray, labels: np.ndarray, num_clients: int, size: int,
                       rng: np.random.Generator) -> Indices:
-    """FedAKD Appendix D "CLA" (specs/fedakd.md §2.7 [I]): client k (1-based) gets ``size`` samples of the
+    """FedAKD Appendix D "CLA" (pipelines/fedakd/NOTES.md §2.7 [I]): client k (1-based) gets ``size`` samples of the
     classes 0..k−1, equally many of each (the remainder to the lowest classes), drawn without replacement
     from the pool in its (shuffled) order."""
     classes = int(labels.max()) + 1
@@ -219,7 +118,7 @@ def class_count_split(pool: np.ndarray, labels: np.ndarray, num_clients: int, si
 
 def dirichlet_label_split(pool: np.ndarray, labels: np.ndarray, num_clients: int, alpha: float,
                           rng: np.random.Generator) -> Indices:
-    """FedAKD Appendix D "DIR(α)" (specs/fedakd.md §2.7): per class c, p_c ~ Dir(α·1_K), client k gets the
+    """FedAKD Appendix D "DIR(α)" (pipelines/fedakd/NOTES.md §2.7): per class c, p_c ~ Dir(α·1_K), client k gets the
     next ⌊p_{c,k}·|D_c|⌋ samples of the pool's class c (no balance cap, no redraw)."""
     parts: list[list[int]] = [[] for _ in range(num_clients)]
     for c in range(int(labels.max()) + 1):
@@ -240,7 +139,7 @@ def client_sizes(num_samples: int, num_clients: int, params: FedAKDParams) -> np
 def algorithm2_draws(features: np.ndarray, num_clients: int, seed: int,
                      params: FedAKDParams) -> tuple[Indices, np.ndarray, np.ndarray]:
     """The paper-form BCS/ICS partition's Algorithm-2 draws again, from its seed: the clients' index multisets
-    (before their local splits), the shifts δ_k and Σ (partition sanity, specs/fedakd.md §8 R0)."""
+    (before their local splits), the shifts δ_k and Σ (partition sanity, pipelines/fedakd/NOTES.md §8 R0)."""
     coords = pca_coordinates(features)[:, : params.pca_dims]
     return covariate_shift_sample(coords, client_sizes(len(features), num_clients, params), params.shift,
                                   numpy_stream(seed, "partition", "fedakd"))
@@ -249,7 +148,7 @@ def algorithm2_draws(features: np.ndarray, num_clients: int, seed: int,
 @register_partitioner("fedakd", FedAKDParams, needs=("features",))
 def fedakd(labels: np.ndarray, num_clients: int, rng: np.random.Generator, params: FedAKDParams, *,
            features: np.ndarray) -> Split:
-    """FedAKD's POW / BCS / ICS(C) covariate-shift partitions of half the train split (specs/fedakd.md §2.2-2.5),
+    """FedAKD's POW / BCS / ICS(C) covariate-shift partitions of half the train split (pipelines/fedakd/NOTES.md §2.2-2.5),
     and the label-shift CLA / DIR(α) of its Appendix D (§2.7).
 
     POW: a random half cut into power-law sizes (both forms); CLA and DIR split the same random half. Paper form (Algorithm 2, §2.3):
@@ -278,34 +177,6 @@ def fedakd(labels: np.ndarray, num_clients: int, rng: np.random.Generator, param
     pairs = [_client_test_split(np.asarray(c, dtype=np.int64), params.test_fraction, params.form, rng)
              for c in clients]
     return Split([p[0] for p in pairs], [p[1] for p in pairs], "train")
-
-
-# ----------------------------------------------------------------------------------------------
-# LEAF
-
-
-class LEAFParams(SchemeParams):
-    select: Literal["random", "largest"] = Field(
-        "random", description="which users become the clients: a seeded random choice, or the largest")
-
-
-@register_partitioner("leaf", LEAFParams, needs=("groups", "test_groups"))
-def leaf(labels: np.ndarray, num_clients: int, rng: np.random.Generator, params: LEAFParams, *,
-         groups: np.ndarray, test_groups: np.ndarray) -> Split:
-    """LEAF's natural partition (specs/fedal.md §4.1): one client per LEAF user (group id).
-
-    ``num_clients`` users are chosen (seeded, or the largest); each gets all its train samples and,
-    as local test set, its LEAF test samples (indices into the test split). Users not chosen are
-    left for FedAL's public set (:func:`public_split` with their samples as candidates)."""
-    users, sizes = np.unique(groups, return_counts=True)
-    if num_clients > len(users):
-        raise BenchError(f"partition.num_clients={num_clients} exceeds the {len(users)} LEAF users")
-    if params.select == "largest":
-        chosen = users[np.argsort(-sizes, kind="stable")[:num_clients]]
-    else:
-        chosen = rng.choice(users, size=num_clients, replace=False)
-    return Split([np.flatnonzero(groups == u).astype(np.int64) for u in chosen],
-                 [np.flatnonzero(test_groups == u).astype(np.int64) for u in chosen], "test")
 
 
 def client_shift(partition_train: Indices, features: np.ndarray) -> np.ndarray:

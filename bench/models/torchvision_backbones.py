@@ -1,6 +1,7 @@
-"""FedHKD's networks (specs/fedhkd.md §2, §5.4): a torchvision backbone whose final ``fc`` maps to the
-latent dimension d is the feature extractor R_phi, and ``Linear(d, n)`` is the classifier G_omega,
-as the released ``models.py`` builds them. Random initialisation (torchvision's), no pretrained weights.
+"""Torchvision backbones as latent classifiers, FedHKD's networks (pipelines/fedhkd/NOTES.md §2, §5.4): a torchvision
+backbone whose final ``fc`` maps to the latent dimension d is the feature extractor R_phi, and ``Linear(d, n)``
+is the classifier G_omega, as the released ``models.py`` builds them. Random initialisation (torchvision's), no
+pretrained weights.
 """
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ class LatentClassifier(nn.Module):
     """``forward(x) = (h, z)`` with h = R_phi(x) in R^d and z = G_omega(h); no activation between them.
 
     ``final_block`` names the submodule that is the network's final block (FedAlign,
-    specs/fedhkd.md §4, :mod:`bench.models.slimmable`), e.g. ``"feature_extractor.layer4"``.
+    pipelines/fedhkd/NOTES.md §4, :mod:`bench.models.slimmable`), e.g. ``"feature_extractor.layer4"``.
     """
 
     def __init__(self, extractor: nn.Module, latent_dim: int, num_classes: int,
@@ -45,7 +46,7 @@ def fedhkd_resnet18(in_shape: tuple[int, ...], num_classes: int, latent_dim: int
     """torchvision ResNet-18 (ImageNet stem) with fc 512 -> d, then Linear(d, n); d = 64 (FedHKD CIFAR).
 
     Its ``avgpool`` is replaced by a spatial mean, which has a deterministic CUDA backward. Final block:
-    ``layer4`` (specs/fedhkd.md §4 FedAlign).
+    ``layer4`` (pipelines/fedhkd/NOTES.md §4 FedAlign).
     """
     _check_rgb(in_shape)
     from torchvision import models as tv  # imported here: 1.5 s that runs on other models do not need
@@ -60,7 +61,7 @@ def fedhkd_shufflenetv2(in_shape: tuple[int, ...], num_classes: int, latent_dim:
     """torchvision ShuffleNetV2 x1.0 with fc 1024 -> d, then Linear(d, n); d = 32 (FedHKD SVHN).
 
     torchvision's ShuffleNetV2 already pools with ``x.mean([2, 3])``, so nothing is replaced. Final block:
-    ``conv5`` (1x1 conv 464 -> 1024, BN, ReLU; specs/fedhkd.md §4 FedAlign [R]).
+    ``conv5`` (1x1 conv 464 -> 1024, BN, ReLU; pipelines/fedhkd/NOTES.md §4 FedAlign [R]).
     """
     _check_rgb(in_shape)
     from torchvision import models as tv

@@ -1,6 +1,6 @@
-"""GPU-hours of the DaFKD pipeline at paper scale, for both readings of E (specs/dafkd.md A1, §6 budget).
+"""GPU-hours of the DaFKD pipeline at paper scale, for both readings of E (pipelines/dafkd/NOTES.md A1, §6 budget).
 
-    uv run python validation/dafkd_budget.py [--tflops 3]
+    uv run python pipelines/dafkd/validation/gpu_budget.py [--tflops 3]
 
 For every run of the ``paper`` (E local epochs) and ``paper_steps`` (E local steps) profiles of
 pipelines/dafkd/params.yaml: its local iterations (epochs: T · E · ⌈n_k/B⌉ over the round's clients, on the
@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]  # the repository
 sys.path.insert(0, str(ROOT))
 
 from bench.data import get_dataset_spec  # noqa: E402
@@ -42,7 +42,7 @@ from bench.models import build_model  # noqa: E402
 from bench.models.inventory import forward_flops  # noqa: E402
 from bench.suites import Suite, load_suite  # noqa: E402
 
-PARAMS = ROOT / "pipelines" / "dafkd" / "params.yaml"
+PARAMS = Path(__file__).resolve().parents[1] / "params.yaml"
 MS = {"ce": 2.5, "fedprox": 2.8, "fedgen": 3.5, "dafkd": 8.0, "server": 2.5, "eval": 2.5}  # §6 (eval: ours)
 
 

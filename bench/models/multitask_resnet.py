@@ -1,17 +1,13 @@
-"""DaFKD's networks (specs/dafkd.md §3.3, §1.5).
-
-* ``dafkd_resnet11``: the "ResNet11" backbone, the official code's ``MTLResNet(Bottleneck, [2, 2, 2])``,
-  whose shared extractor phi feeds a classifier head h_c and the client's domain-discriminator head h_d.
-* ``dafkd_discriminator``: the separate discriminators of the DaFKD^{no-sharing} ablation
-  (the official ``model/gan.py``).
-"""
+"""DaFKD's "ResNet11" (pipelines/dafkd/NOTES.md §3.3), the official code's ``MTLResNet(Bottleneck, [2, 2, 2])``: a
+multi-task ResNet whose shared extractor phi feeds a classifier head h_c and the client's
+domain-discriminator head h_d."""
 from __future__ import annotations
 
 import torch
 from torch import nn
 
-from bench.models.registry import register_model
 from bench.models.layers import BodyHead, GlobalAvgPool
+from bench.models.registry import register_model
 
 
 class TripleConvBlock(nn.Module):
@@ -41,7 +37,7 @@ class MTLResNet(BodyHead):
     16, 32, 64 (strides 1, 2, 2) -> global mean pool (256-d features). Heads: ``classifier`` h_c =
     Linear(256, C) and ``discriminator`` h_d = Linear(256, 1), whose sigmoid is the probability that x
     comes from this client's domain. Conv weights kaiming_normal(fan_out, relu), BN (1, 0), Linear
-    PyTorch default (specs/dafkd.md §1.6). ``width`` (the stem's and first stage's planes, 16) and
+    PyTorch default (pipelines/dafkd/NOTES.md §1.6). ``width`` (the stem's and first stage's planes, 16) and
     ``blocks`` per stage ((2, 2, 2)) scale it down for CPU proxies; the defaults are the paper's."""
 
     def __init__(self, in_shape: tuple[int, ...], num_classes: int, blocks: tuple[int, ...] = (2, 2, 2),
@@ -68,57 +64,8 @@ class MTLResNet(BodyHead):
         return self.discriminator(features).squeeze(1)
 
 
-class ConvDiscriminator(BodyHead):
-    """DaFKD^{no-sharing} discriminator (specs/dafkd.md §1.5). ``forward`` returns (features, logit of
-    "real", shape (B, 1)); the official sigmoid is left to a with-logits loss. Default PyTorch init.
-
-    * 3x32x32 (``DiscriminatorCifar``, DCGAN D): conv4x4 s2 (64) -> LReLU -> conv4x4 s2 (128, no bias)
-      -> BN -> LReLU -> conv4x4 s2 (256, no bias) -> BN -> LReLU; features = the 256x4x4 map flattened;
-      the final conv4x4 (256 -> 1) on a 4x4 map is written as the equivalent Linear(4096, 1). 663,361 parameters.
-    * 1x28x28 (``Discriminator``): conv5x5 p2 (32) -> LReLU -> avgpool 2 -> conv5x5 p2 (64) -> LReLU ->
-      avgpool 2 -> FC 3136 -> 1024 -> LReLU (features) -> FC 1024 -> 1. About 3.27M parameters.
-    * 8x8 (the embedded digits of the CPU proxy; no official counterpart): the DCGAN D's first two
-      stages, conv4x4 s2 (64) -> LReLU -> conv4x4 s2 (128, no bias) -> BN -> LReLU; features = the 128x2x2
-      map flattened -> Linear(512, 1).
-    """
-
-    def __init__(self, in_shape: tuple[int, ...], num_classes: int = 1) -> None:
-        super().__init__()
-        c, h, w = in_shape
-        if (h, w) == (32, 32):
-            self.body = nn.Sequential(
-                nn.Conv2d(c, 64, 4, 2, 1), _lrelu(),
-                nn.Conv2d(64, 128, 4, 2, 1, bias=False), nn.BatchNorm2d(128), _lrelu(),
-                nn.Conv2d(128, 256, 4, 2, 1, bias=False), nn.BatchNorm2d(256), _lrelu(), nn.Flatten())
-            self.feature_dim = 256 * 4 * 4
-        elif (h, w) == (28, 28):
-            self.body = nn.Sequential(
-                nn.Conv2d(c, 32, 5, padding=2), _lrelu(), nn.AvgPool2d(2),
-                nn.Conv2d(32, 64, 5, padding=2), _lrelu(), nn.AvgPool2d(2), nn.Flatten(),
-                nn.Linear(64 * 7 * 7, 1024), _lrelu())
-            self.feature_dim = 1024
-        elif (h, w) == (8, 8):
-            self.body = nn.Sequential(
-                nn.Conv2d(c, 64, 4, 2, 1), _lrelu(),
-                nn.Conv2d(64, 128, 4, 2, 1, bias=False), nn.BatchNorm2d(128), _lrelu(), nn.Flatten())
-            self.feature_dim = 128 * 2 * 2
-        else:
-            raise ValueError(f"DaFKD discriminators exist for 32x32, 28x28 and 8x8 images, got in_shape={in_shape}")
-        self.classifier = nn.Linear(self.feature_dim, num_classes)
-
-
-def _lrelu() -> nn.Module:
-    return nn.LeakyReLU(0.2)
-
-
 @register_model("dafkd_resnet11", example_input=((3, 32, 32), 10))
 def dafkd_resnet11(in_shape: tuple[int, ...], num_classes: int, width: int = 16,
                    blocks: tuple[int, ...] | list[int] = (2, 2, 2)) -> nn.Module:
     """DaFKD "ResNet11" (MTLResNet) with classifier and shared-trunk domain-discriminator heads."""
     return MTLResNet(in_shape, num_classes, tuple(blocks), width)
-
-
-@register_model("dafkd_discriminator", example_input=((3, 32, 32), 1))
-def dafkd_discriminator(in_shape: tuple[int, ...], num_classes: int = 1) -> nn.Module:
-    """DaFKD^{no-sharing} separate domain discriminator (DCGAN D for 32x32, CNN for 28x28)."""
-    return ConvDiscriminator(in_shape, num_classes)

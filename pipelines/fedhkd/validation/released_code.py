@@ -1,8 +1,8 @@
 """FedHKD ``mode: code`` and FedAvg side by side with the authors' released code, round by round.
 
-    uv run python validation/fedhkd_released.py CHECKOUT [--seeds 0 1 2 3 4] [--rounds 20] [--jobs 4] \
+    uv run python pipelines/fedhkd/validation/released_code.py CHECKOUT [--seeds 0 1 2 3 4] [--rounds 20] [--jobs 4] \
         [--device cpu|cuda] [--out DIR] ...
-    uv run python validation/fedhkd_released.py CHECKOUT --replay [--dtype float64] [--ours-clip-twice] ...
+    uv run python pipelines/fedhkd/validation/released_code.py CHECKOUT --replay [--dtype float64] [--ours-clip-twice] ...
 
 CHECKOUT is a checkout of github.com/CityChan/Federated-Hyper-Knowledge-Distillation at commit 8a930f4
 (``git clone`` it and ``git checkout 8a930f4`` outside this repository; it is only read, never copied
@@ -130,7 +130,7 @@ def released_imports(checkout: str) -> None:
 
 
 def released_child(checkout: str, settings: dict[str, Any]) -> None:
-    """The released ``main.py`` in this process (run as ``fedhkd_released.py --released-child CHECKOUT JSON``):
+    """The released ``main.py`` in this process (run as ``released_code.py --released-child CHECKOUT JSON``):
     torch seeded with the run seed (the code never seeds it), each client's train and local-test indices
     written to ``settings["indices"]``, and numpy re-seeded with the run seed once the loaders are built when
     the partition seed is separate (``reseed_numpy``); with ``skip_gc``, ``gc.collect`` is a no-op (the code
@@ -210,7 +210,7 @@ def digits32(data_dir: Path) -> PreparedDataset:
     train_x, test_x = up(digits.train_x), up(digits.test_x)
     mean, std = channel_stats(train_x)
     return PreparedDataset(DATASET, train_x, digits.train_y, test_x, digits.test_y, 10, mean, std,
-                           source={"origin": "the embedded digits upscaled to 32x32x3 (validation/fedhkd_released.py)"})
+                           source={"origin": "the embedded digits upscaled to 32x32x3 (pipelines/fedhkd/validation/released_code.py)"})
 
 
 def register_digits32() -> None:
@@ -732,7 +732,7 @@ def main(argv: list[str] | None = None) -> int:
         released_child(given[1], json.loads(given[2]))
         return 0
     args = parse_args(given)
-    command = " ".join(["uv run python validation/fedhkd_released.py",
+    command = " ".join(["uv run python pipelines/fedhkd/validation/released_code.py",
                         *("CHECKOUT" if a == str(args.checkout) else shlex.quote(a) for a in given)])
     try:
         if not (args.checkout / "main.py").is_file() or not (args.checkout / "Server" / "ServerFedHKD.py").is_file():

@@ -1,5 +1,5 @@
-"""DaFKD (CVPR 2023): Tables 1-3 (``dafkd.yaml``), Figures 3-6, the R10 diagnostic and the claims the
-report checks (specs/dafkd.md §4, §6).
+"""DaFKD (CVPR 2023): Tables 1-3 (``paper.yaml``), Figures 3-6, the R10 diagnostic and the claims the
+report checks (pipelines/dafkd/NOTES.md §4, §6).
 
 The ``paper`` profile's settings are the paper's columns (``mnist-a0.05`` … ``emnist-a10``, the Figure 3 α
 grid, the Figure 5 ``<dataset>-a0.1-r<r>`` ratios); the ``proxy`` (digits) and ``smoke`` (fabricated
@@ -16,8 +16,10 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from bench.models.paper_configs import CLIENT_MODEL, DISCRIMINATOR, IMAGE_GENERATOR, PaperConfig, printed
 from bench.suites.paper import (Claim, Curve, LineFigure, Paper, PaperDefinition, Panel, ReportColumn, Results,
                                 pairs_claim)
+from bench.suites.plugins import register_paper
 
 KD_METHODS = ("feddf", "fedgen", "fedftg", "dafkd")
 BASELINES = ("fedavg", "fedprox")
@@ -249,4 +251,26 @@ class DaFKD(Paper):
         return [figure for figure in figures if figure.panels]  # a profile without the columns has no such figure
 
 
-PAPER = DaFKD(PaperDefinition.load(Path(__file__).with_name("dafkd.yaml")))
+HEADS = ("body", "classifier", "discriminator")  # ResNet11's parts, each printed separately
+MODEL_CONFIGS = (  # the (model, dataset) configurations and the parameter counts printed
+    # DaFKD (CVPR 2023): ResNet11 = shared extractor phi (body) + classifier h_c + domain head h_d;
+    # the DCGAN generator G_k; the separate discriminators of the no-sharing ablation.
+    PaperConfig("DaFKD", CLIENT_MODEL, "dafkd_resnet11", ("mnist", "fashionmnist"), (1, 28, 28), 10,
+                printed("817.6k", "2,570", "257", parts=HEADS), "pipelines/dafkd/NOTES.md §3.3"),
+    PaperConfig("DaFKD", CLIENT_MODEL, "dafkd_resnet11", ("emnist-byclass",), (1, 28, 28), 62,
+                printed("817.6k", "15,934", "257", parts=HEADS), "pipelines/dafkd/NOTES.md §3.3"),
+    PaperConfig("DaFKD", CLIENT_MODEL, "dafkd_resnet11", ("svhn",), (3, 32, 32), 10,
+                printed("817.9k", "2,570", "257", parts=HEADS), "pipelines/dafkd/NOTES.md §3.3"),
+    PaperConfig("DaFKD", IMAGE_GENERATOR, "dcgan_generator", ("mnist", "fashionmnist"), (1, 28, 28), 10,
+                printed("1.07M"), "pipelines/dafkd/NOTES.md §3.4 G-DCGAN-28", {"noise_dim": 100}),
+    PaperConfig("DaFKD", IMAGE_GENERATOR, "dcgan_generator", ("emnist-byclass",), (1, 28, 28), 62,
+                printed("1.07M"), "pipelines/dafkd/NOTES.md §3.4 G-DCGAN-28", {"noise_dim": 100}),
+    PaperConfig("DaFKD", IMAGE_GENERATOR, "dcgan_generator", ("svhn",), (3, 32, 32), 10, printed("1.07M"),
+                "pipelines/dafkd/NOTES.md §3.4 G-DCGAN-32", {"noise_dim": 100}),
+    PaperConfig("DaFKD", DISCRIMINATOR, "dafkd_discriminator", ("mnist", "fashionmnist", "emnist-byclass"),
+                (1, 28, 28), 1, printed("3.27M"), "pipelines/dafkd/NOTES.md §1.5 (no-sharing ablation)"),
+    PaperConfig("DaFKD", DISCRIMINATOR, "dafkd_discriminator", ("svhn",), (3, 32, 32), 1, printed("663,361"),
+                "pipelines/dafkd/NOTES.md §1.5 (no-sharing ablation)"),
+)
+
+PAPER = register_paper(DaFKD(PaperDefinition.load(Path(__file__).with_name("paper.yaml")), MODEL_CONFIGS))

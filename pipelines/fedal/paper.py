@@ -1,5 +1,5 @@
 """FedAL (arXiv:2311.16584): Tables IV-IX, the end points of Figs. 7, 10, 11 and the curves of Figs. 7-11
-(``fedal.yaml``), and the paper's claims (specs/fedal.md §5.1, §5.3, §7.2) as pass/fail lines.
+(``paper.yaml``), and the paper's claims (pipelines/fedal/NOTES.md §5.1, §5.3, §7.2) as pass/fail lines.
 
 The ``paper`` profile's settings are the paper's columns (``svhn-a5`` …). The ``proxy`` (digits) and
 ``smoke`` (fabricated 3×32×32) profiles' columns are analogues (``het-a5-t6`` stands for Table VI's
@@ -10,7 +10,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from bench.models.paper_configs import CLIENT_MODEL, PaperConfig, printed
 from bench.suites.paper import Claim, Paper, PaperDefinition, ReportColumn, Results, pairs_claim
+from bench.suites.plugins import register_paper
 
 BLACK_BOX = ("table4", "table5", "table6", "table7")  # the black-box comparison tables
 
@@ -81,4 +83,18 @@ class FedAL(Paper):
         ]
 
 
-PAPER = FedAL(PaperDefinition.load(Path(__file__).with_name("fedal.yaml")))
+MODEL_CONFIGS = (  # the (model, dataset) configurations and the parameter counts printed
+    # FedAL: each client draws its architecture from the dataset's candidates (heterogeneous clients).
+    PaperConfig("FedAL", CLIENT_MODEL, "lenet5", ("mnist",), (1, 28, 28), 10, printed("61.7k"), "pipelines/fedal/NOTES.md §4.1"),
+    PaperConfig("FedAL", CLIENT_MODEL, "wrn10_1", ("svhn",), (3, 32, 32), 10, printed("78k"), "pipelines/fedal/NOTES.md §4.1"),
+    PaperConfig("FedAL", CLIENT_MODEL, "wrn10_2", ("svhn",), (3, 32, 32), 10, printed("0.30M"), "pipelines/fedal/NOTES.md §4.1"),
+    PaperConfig("FedAL", CLIENT_MODEL, "wrn16_1", ("svhn",), (3, 32, 32), 10, printed("175k"), "pipelines/fedal/NOTES.md §4.1"),
+    PaperConfig("FedAL", CLIENT_MODEL, "resnet18_cifar", ("cifar10", "cinic10"), (3, 32, 32), 10, printed("11.2M"),
+                "pipelines/fedal/NOTES.md §4.1"),
+    PaperConfig("FedAL", CLIENT_MODEL, "resnet34_cifar", ("cifar10", "cinic10"), (3, 32, 32), 10, printed("21.3M"),
+                "pipelines/fedal/NOTES.md §4.1"),
+    PaperConfig("FedAL", CLIENT_MODEL, "celeba_cnn", ("celeba",), (3, 84, 84), 2, printed("30k"),
+                "pipelines/fedal/NOTES.md §4.1"),
+)
+
+PAPER = register_paper(FedAL(PaperDefinition.load(Path(__file__).with_name("paper.yaml")), MODEL_CONFIGS))

@@ -1,4 +1,5 @@
-"""FedAKD's figures (specs/fedakd.md §6.2, §8 R0 and R10-R14), drawn by the report stage from the suite's
+"""FedAKD's own figures (pipelines/fedakd/NOTES.md §6.2, §8 R0 and R10-R14), drawn by the report stage (the plug-in's
+:meth:`~bench.suites.paper.Paper.own_figures`, paper.py) from the suite's
 partitions and runs, on its simulated covariate-shift settings (the paper's Figs. 1, 2 and 4 are on the
 private EHR data):
 
@@ -33,12 +34,11 @@ import numpy as np
 from scipy.stats import gaussian_kde, pearsonr
 
 from bench.data import load_dataset
-from bench.data.paper_partitions import FedAKDParams, algorithm2_draws, pca_coordinates
+from bench.data.covariate_shift import FedAKDParams, algorithm2_draws, pca_coordinates
 from bench.data.partition import Partition, load_partition
 from bench.data.prepared import PreparedDataset
 from bench.fileio import atomic_write, write_text
-from bench.report.runs import RunKey, RunRecord
-from bench.suites import Suite
+from bench.suites.paper import FinishedRun, RunKey, SuiteView
 
 SHIFT_SETTINGS = ("pow", "bcs", "ics")
 
@@ -76,10 +76,10 @@ def _figure(width: float, height: float, panels: int):  # type: ignore[no-untype
     return fig, fig.subplots(1, panels, squeeze=False)[0]
 
 
-def shift_settings(suite: Suite) -> dict[str, FedAKDParams]:
+def shift_settings(suite: SuiteView) -> dict[str, FedAKDParams]:
     """The suite's FedAKD covariate-shift settings (POW, BCS, ICS in either form) and their partition parameters."""
     out = {}
-    for setting in suite.params.settings:
+    for setting in suite.settings:
         config = suite.partition_config(setting)
         if config.partition.scheme == "fedakd":
             params = FedAKDParams.model_validate(config.partition.scheme_params)
@@ -88,14 +88,14 @@ def shift_settings(suite: Suite) -> dict[str, FedAKDParams]:
     return out
 
 
-def ics5_setting(suite: Suite) -> str | None:
+def ics5_setting(suite: SuiteView) -> str | None:
     """The first ICS setting with C = 5 (devide.py's form, where C is unused, only if Algorithm 2's is absent)."""
     candidates = [(p.form != "paper", i, s) for i, (s, p) in enumerate(shift_settings(suite).items())
                   if p.setting == "ics" and p.shift == 5.0]
     return min(candidates)[2] if candidates else None
 
 
-def ics5_inputs(suite: Suite, data_dir: Path | None) -> tuple[str, PreparedDataset, Partition] | None:
+def ics5_inputs(suite: SuiteView, data_dir: Path | None) -> tuple[str, PreparedDataset, Partition] | None:
     """The ICS(5) setting, its dataset and its partition (None: the suite has no such setting)."""
     setting = ics5_setting(suite)
     if setting is None:
@@ -112,7 +112,7 @@ def client_pools(partition: Partition) -> list[np.ndarray]:
 # -- R0 ----------------------------------------------------------------------------------------
 
 
-def partition_sanity(suite: Suite, folder: Path, data_dir: Path | None) -> list[Path]:
+def partition_sanity(suite: SuiteView, folder: Path, data_dir: Path | None) -> list[Path]:
     settings = shift_settings(suite)
     if not settings:
         return []
@@ -147,7 +147,7 @@ def partition_sanity(suite: Suite, folder: Path, data_dir: Path | None) -> list[
              + ("**increases** with C" if all(a[1] < b[1] for a, b in zip(by_c, by_c[1:])) else "does **not** increase with C")
              + " on Algorithm 2's ICS partitions: " + ", ".join(f"C = {c:g}: {kl:.4f}" for c, kl in by_c) + ".")
     written = [write_text(folder / "fedakd_partition_sanity.md",
-                          f"# Partition sanity (specs/fedakd.md §8 R0), suite `{suite.name}`\n\n{table}{trend}\n")]
+                          f"# Partition sanity (pipelines/fedakd/NOTES.md §8 R0), suite `{suite.name}`\n\n{table}{trend}\n")]
     fig, (ax,) = _figure(5.5, 3.6, 1)
     for form, marker in (("paper", "o"), ("code", "s")):
         shown = sorted((p.shift, kl) for p, kl in points if p.form == form and p.setting == "ics")
@@ -167,14 +167,14 @@ def partition_sanity(suite: Suite, folder: Path, data_dir: Path | None) -> list[
 # -- Fig. 1 --------------------------------------------------------------------------------------
 
 
-def final_client_values(record: RunRecord, metric: str) -> dict[int, float]:
+def final_client_values(record: FinishedRun, metric: str) -> dict[int, float]:
     records = record.records
     if metric not in records.values:
         return {}
     return records.clients(metric, max(records.values[metric]))
 
 
-def contributions(suite: Suite, runs: Mapping[RunKey, RunRecord], folder: Path, data_dir: Path | None) -> list[Path]:
+def contributions(suite: SuiteView, runs: Mapping[RunKey, FinishedRun], folder: Path, data_dir: Path | None) -> list[Path]:
     inputs = ics5_inputs(suite, data_dir)
     if inputs is None:
         return []
@@ -190,7 +190,7 @@ def contributions(suite: Suite, runs: Mapping[RunKey, RunRecord], folder: Path, 
     axes[0].set(xlabel="client train size", ylabel="KL(client ‖ global), 2-D PCA", title="(a) shift and size")
     for ax, (title, method, metric) in zip(axes[1:], panels):
         xs, ys = [], []
-        for seed in suite.params.suite.seeds:
+        for seed in suite.seeds:
             alone, run = runs.get(("standalone", setting, seed)), runs.get((method, setting, seed))
             if alone is None or run is None:
                 continue
@@ -210,7 +210,7 @@ def contributions(suite: Suite, runs: Mapping[RunKey, RunRecord], folder: Path, 
 # -- Fig. 2 --------------------------------------------------------------------------------------
 
 
-def correct_incorrect(suite: Suite, runs: Mapping[RunKey, RunRecord], folder: Path, data_dir: Path | None) -> list[Path]:
+def correct_incorrect(suite: SuiteView, runs: Mapping[RunKey, FinishedRun], folder: Path, data_dir: Path | None) -> list[Path]:
     import torch
     from sklearn.decomposition import PCA
 
@@ -218,10 +218,10 @@ def correct_incorrect(suite: Suite, runs: Mapping[RunKey, RunRecord], folder: Pa
     from bench.runner.federation import to_tensor
 
     setting = ics5_setting(suite)
-    run = runs.get(("fedavg", setting, suite.params.suite.seeds[0])) if setting else None
+    run = runs.get(("fedavg", setting, suite.seeds[0])) if setting else None
     if run is None or not (run.run_dir / "model.pt").exists():
         return []
-    config = suite.config("fedavg", setting, suite.params.suite.seeds[0])
+    config = suite.config("fedavg", setting, suite.seeds[0])
     data = load_dataset(config.dataset.name, data_dir)
     model = build_model(config.model.name, data.image_shape, data.num_classes, **config.model.kwargs)
     model.load_state_dict(torch.load(run.run_dir / "model.pt", map_location="cpu", weights_only=True))
@@ -257,22 +257,22 @@ def correct_incorrect(suite: Suite, runs: Mapping[RunKey, RunRecord], folder: Pa
     axes[2].bar(np.arange(len(pools)) + width / 2, kl["wrong"], width, label="incorrect")
     axes[2].set(xlabel="client", ylabel="KL(client ‖ global), 1-D Gaussians", title="(c) per-client KL")
     axes[2].legend(fontsize="small")
-    fig.suptitle(f"Fig. 2 analogue, {suite.name} {setting}, FedAvg seed {suite.params.suite.seeds[0]}", fontsize="medium")
+    fig.suptitle(f"Fig. 2 analogue, {suite.name} {setting}, FedAvg seed {suite.seeds[0]}", fontsize="medium")
     return [_save(fig, folder / "fedakd_fig2_correct_incorrect.png")]
 
 
 # -- Fig. 3 --------------------------------------------------------------------------------------
 
 
-def runtime_and_loss(suite: Suite, runs: Mapping[RunKey, RunRecord], folder: Path) -> list[Path]:
+def runtime_and_loss(suite: SuiteView, runs: Mapping[RunKey, FinishedRun], folder: Path) -> list[Path]:
     setting = ics5_setting(suite)
     if setting is None:
         return []
     methods = [m for m in suite.methods if suite.runs_on(m, setting)
-               and all((m, setting, s) in runs for s in suite.params.suite.seeds)]
+               and all((m, setting, s) in runs for s in suite.seeds)]
     if not methods:
         return []
-    seconds = [float(np.mean([runs[m, setting, s].seconds_per_round for s in suite.params.suite.seeds]))
+    seconds = [float(np.mean([runs[m, setting, s].seconds_per_round for s in suite.seeds]))
                for m in methods]
     fig, axes = _figure(13, 3.8, 2)
     axes[0].bar(range(len(methods)), seconds)
@@ -280,7 +280,7 @@ def runtime_and_loss(suite: Suite, runs: Mapping[RunKey, RunRecord], folder: Pat
     axes[0].set(ylabel="seconds per round", title="(a) time per round (training and aggregation)")
     for method in ("fedavg", "fedakd"):
         series = [runs[method, setting, s].records.series("global_train_loss")
-                  for s in suite.params.suite.seeds if (method, setting, s) in runs
+                  for s in suite.seeds if (method, setting, s) in runs
                   and "global_train_loss" in runs[method, setting, s].records.values]
         if series:
             rounds = sorted(series[0])
@@ -294,7 +294,7 @@ def runtime_and_loss(suite: Suite, runs: Mapping[RunKey, RunRecord], folder: Pat
 # -- Fig. 4 --------------------------------------------------------------------------------------
 
 
-def kl_approximation(suite: Suite, folder: Path, data_dir: Path | None) -> list[Path]:
+def kl_approximation(suite: SuiteView, folder: Path, data_dir: Path | None) -> list[Path]:
     from sklearn.decomposition import PCA
 
     inputs = ics5_inputs(suite, data_dir)
@@ -325,7 +325,7 @@ def kl_approximation(suite: Suite, folder: Path, data_dir: Path | None) -> list[
     return [_save(fig, folder / "fedakd_fig4_kl_approximation.png")]
 
 
-def fedakd_figures(suite: Suite, runs: Mapping[RunKey, RunRecord], folder: Path, data_dir: Path | None) -> list[Path]:
+def own_figures(suite: SuiteView, runs: Mapping[RunKey, FinishedRun], folder: Path, data_dir: Path | None) -> list[Path]:
     return [*partition_sanity(suite, folder, data_dir), *contributions(suite, runs, folder, data_dir),
             *correct_incorrect(suite, runs, folder, data_dir), *runtime_and_loss(suite, runs, folder),
             *kl_approximation(suite, folder, data_dir)]
