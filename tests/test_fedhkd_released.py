@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import json
 import math
 import sys
 from pathlib import Path
 
 import pytest
 
+from bench.data import registry
+from bench.data.partition import partition_dataset
 from bench.errors import BenchError
 
 SCRIPT = Path(__file__).resolve().parents[1] / "pipelines" / "fedhkd" / "validation" / "released_code.py"
@@ -28,7 +31,8 @@ def load_script():
 script = load_script()
 Run, check_loaders, digits32, finite_or_text = script.Run, script.check_loaders, script.digits32, script.finite_or_text
 first_non_finite, parse_args, parse_released = script.first_non_finite, script.parse_args, script.parse_released
-per_round_table, round_table = script.per_round_table, script.round_table
+per_round_table, round_table, divergence_table = script.per_round_table, script.round_table, script.divergence_table
+same_partitions = script.same_partitions
 
 RELEASED_STDOUT = """\
  | Global Training Round : 1 |
@@ -115,3 +119,35 @@ def test_bad_arguments_are_refused_in_one_line(capsys: pytest.CaptureFixture[str
         assert exit_info.value.code == 2
     assert parse_args(["c", "--rounds", "2"]).report_round == 2
     assert isinstance(parse_args(["c"]), argparse.Namespace)
+
+
+def test_the_divergence_table_gives_the_trained_on_runs_final_accuracy_and_says_when_a_run_stopped() -> None:
+    stopped = Run("ours", "FedHKD", 0, [{"round": 1, "train_loss": 1.2, "local_acc": 0.5, "global_acc": 0.4},
+                                        {"round": 2, "train_loss": 0.8, "local_acc": 0.6, "global_acc": 0.6},
+                                        {"round": 3, "train_loss": math.nan}], diverged_round=3)
+    runs = {("FedHKD", "released"): [released_run()], ("FedHKD", "ours"): [stopped]}
+    released_line, ours_line = divergence_table(runs, ["FedHKD"], 4)[2:]
+    assert "| 1/1 | 0: 3 | 0: 1.250 → 0.750 |" in released_line
+    assert released_line.endswith("| 0.094 / 0.100 |")  # round 4 after training on with NaN weights: chance
+    assert ours_line.endswith("| — (stopped) |")
+
+
+def test_identical_partitions_are_counted_client_by_client(data_dir: Path, tmp_path: Path) -> None:
+    data, args = digits32(data_dir), parse_args(["checkout"])
+    ours = partition_dataset(data, "fedhkd", args.clients, 0, {"alpha": args.beta, "part": args.part})
+    indices = tmp_path / "indices.json"
+    loaders = [[p.tolist()[::-1] for p in ours.train], [p.tolist() for p in ours.local_test]]  # order is free
+    indices.write_text(json.dumps(loaders))
+    assert same_partitions(data, 0, args, indices) == (20, 20)
+    loaders[0][4] = loaders[0][4][1:]  # one client misses one image
+    indices.write_text(json.dumps(loaders))
+    assert same_partitions(data, 0, args, indices) == (19, 20)
+    assert same_partitions(data, 0, args, tmp_path / "missing.json") == (0, 20)
+
+
+def test_ours_trains_on_after_a_divergence_unless_told_to_stop(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(registry, "_DATASETS", dict(registry._DATASETS))  # the script's dataset, for this test only
+    script.register_digits32()
+    assert script.ours_config("FedHKD", 0, parse_args(["c"])).training.on_divergence == "train_on"
+    assert script.ours_config("FedAvg", 0, parse_args(["c", "--ours-on-divergence", "stop"])).training.on_divergence \
+        == "stop"

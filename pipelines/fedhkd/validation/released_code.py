@@ -39,10 +39,12 @@ random client order of each round). On our side the run seed is ``seed`` and the
 Divergence is counted the same way on both sides: a run diverges at the first round whose training loss
 (the mean over clients of the mean batch loss) is not finite, and that round is recorded. The released
 code trains on with NaN weights (its later rows are kept in ``runs.json``; its accuracies fall to
-chance); ours stops there (``Diverged``; the 1000x loss guard, which the released code lacks, is switched
-off with ``training.divergence_factor: null``; parameters that turn non-finite after a finite loss also
-stop ours, one round before the released code's loss shows it). Per-round means are over the runs not
-diverged by that round, on both sides.
+chance); so does ours by default (``--ours-on-divergence train_on``: ``training.on_divergence: train_on``,
+whose run ends as failed with its curves kept); with ``stop`` ours ends at the divergence (``Diverged``;
+parameters that turn non-finite after a finite loss then stop it one round before the released code's loss
+shows it). The 1000x loss guard, which the released code lacks, is off (``training.divergence_factor:
+null``). Per-round means are over the runs not diverged by that round, on both sides; the divergence table
+gives the final-round accuracies of the runs that trained on, flagged as such.
 
 ``--device cuda`` runs both sides on the GPU (the released code picks it up itself), ``--jobs N`` runs N
 runs at once, each in its own process. ``--replay`` instead runs each method and seed on both sides from
@@ -162,7 +164,7 @@ def released_child(checkout: str, settings: dict[str, Any]) -> None:
 @dataclass
 class Run:
     """One run's per-round curves (``round``, ``train_loss``, ``local_acc``, ``global_acc``; the released
-    code's rows go on after a divergence, ours stop at it) and the round its training loss first became
+    code's rows go on after a divergence, ours too unless it stopped there) and the round its training loss first became
     non-finite (None: it did not)."""
 
     side: str
@@ -266,7 +268,8 @@ def run_released(checkout: Path, method: str, seed: int, args: argparse.Namespac
 
 def ours_config(method: str, seed: int, args: argparse.Namespace) -> ExperimentConfig:
     """Ours under the released code's protocol: its partition, ``Normalize(0.5, 0.5)``, batch-mean accuracy,
-    constant lr, clipping 1.1; divergence only at a non-finite loss (the released code has no loss guard)."""
+    constant lr, clipping 1.1; divergence only at a non-finite loss (the released code has no loss guard),
+    trained on or stopped at (``--ours-on-divergence``)."""
     return build_config({
         "seed": seed, "device": args.device, "deterministic": args.deterministic == "on",
         "dataset": {"name": DATASET, "normalize": "half"},
@@ -276,12 +279,15 @@ def ours_config(method: str, seed: int, args: argparse.Namespace) -> ExperimentC
         "algorithm": METHODS[method],
         "training": {"rounds": args.rounds, "local_epochs": args.local_epochs, "batch_size": args.batch_size,
                      "drop_last": True, "optimizer": {"name": "adam", "lr": 0.001}, "grad_clip": 1.1,
-                     "lr_decay": {"every": None}, "divergence_factor": None},
+                     "lr_decay": {"every": None}, "divergence_factor": None,
+                     "on_divergence": args.ours_on_divergence},
         "evaluation": {"every": 1, "last": 1, "accuracy": "batches"}, "tracking": {"mlflow": False}})
 
 
 def run_ours(method: str, seed: int, args: argparse.Namespace, data_dir: Path) -> Run:
-    """Ours with the released code's protocol; rows collected round by round until a divergence stops it."""
+    """Ours with the released code's protocol; rows collected round by round, to the last round when it trains
+    on after a divergence (then diverged at its first non-finite training loss, the released side's rule),
+    else until the divergence stops it."""
     config = ours_config(method, seed, args)
     run = Run("ours", method, seed)
 
@@ -289,7 +295,10 @@ def run_ours(method: str, seed: int, args: argparse.Namespace, data_dir: Path) -
         run.curves.append({"round": round_index, **{m: float(row[m]) for m in METRICS if m in row}})
 
     try:
-        run_federation(config, data_dir, progress=record)
+        result = run_federation(config, data_dir, progress=record)
+        if result.diverged is not None:
+            run.diverged_round = first_non_finite(run.curves) or result.diverged.round_index
+            run.reason = f"{result.diverged}; trained on"
     except Diverged as exc:
         run.diverged_round, run.reason = exc.round_index, str(exc)
         run.curves.append({"round": exc.round_index, "train_loss": math.nan})
@@ -366,9 +375,10 @@ def replay_ours(method: str, seed: int, args: argparse.Namespace,
         init.update(copy.deepcopy(server.model.state_dict()))
         return server
 
-    def recorded_aggregate(self: Any, round_index: int, server: Any, updates: Any) -> None:
-        aggregate(self, round_index, server, updates)
+    def recorded_aggregate(self: Any, round_index: int, server: Any, updates: Any) -> Any:
+        metrics = aggregate(self, round_index, server, updates)
         ours_states.append(copy.deepcopy(server.model.state_dict()))
+        return metrics
 
     algorithm.init_server, algorithm.aggregate = recorded_init, recorded_aggregate  # type: ignore[method-assign]
     clip = torch.nn.utils.clip_grad_norm_
@@ -590,7 +600,7 @@ def losses_before(run: Run, count: int = 3) -> str:
 
 def divergence_table(runs: dict[tuple[str, str], list[Run]], methods: list[str], rounds: int) -> list[str]:
     lines = ["| method | implementation | diverged | rounds (seed: round) | training loss, 3 rounds before | final-round "
-             "global / local acc, runs not diverged | the same, diverged runs (released: trained on) |",
+             "global / local acc, runs not diverged | the same, diverged runs that trained on |",
              "|---|---|---|---|---|---|---|"]
     for method in methods:
         for side, label in SIDES.items():
@@ -619,7 +629,9 @@ def report(runs: dict[tuple[str, str], list[Run]], args: argparse.Namespace, agr
            f"{'= run seed' if args.partition_seed == 'run' else args.partition_seed}; device {args.device}. "
            f"Client train and local-test index multisets equal on both sides: {agree[0]}/{agree[1]}.", "",
            "A run diverges at the first round whose training loss is not finite; per-round values are over the "
-           "runs not diverged by that round ((k/n) where fewer than all).", "",
+           "runs not diverged by that round ((k/n) where fewer than all). The released code trains on after a "
+           "divergence; ours " + ("does too (`training.on_divergence: train_on`)" if args.ours_on_divergence == "train_on"
+                                  else "stops there") + ".", "",
            f"## Round {args.report_round}", "", *round_table(runs, methods, args.report_round), "",
            "## Divergence", "", *divergence_table(runs, methods, args.rounds), ""]
     for method in methods:
@@ -705,6 +717,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="--replay: both sides' dtype (float64 keeps rounding differences from growing)")
     parser.add_argument("--ours-clip-twice", action="store_true",
                         help="--replay: ours clips FedHKD's gradients a second time at 1.1 from round 2, as the code does")
+    parser.add_argument("--ours-on-divergence", choices=["train_on", "stop"], default="train_on",
+                        help="ours after a divergence: train on as the released code does (default) or stop")
     parser.add_argument("--jobs", type=int, default=1, help="runs at once, each in its own process (one thread each)")
     parser.add_argument("--work", type=Path, help="folder for the data and the released code's logs (default: temp)")
     parser.add_argument("--out", type=Path, help="folder for runs.json and report.md (default: the work folder)")
