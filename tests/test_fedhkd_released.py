@@ -151,3 +151,11 @@ def test_ours_trains_on_after_a_divergence_unless_told_to_stop(monkeypatch: pyte
     assert script.ours_config("FedHKD", 0, parse_args(["c"])).training.on_divergence == "train_on"
     assert script.ours_config("FedAvg", 0, parse_args(["c", "--ours-on-divergence", "stop"])).training.on_divergence \
         == "stop"
+
+
+def test_the_replay_control_perturbs_fedhkd_only_and_only_in_a_replay(capsys: pytest.CaptureFixture[str]) -> None:
+    assert parse_args(["c", "--replay", "--replay-self", "1e-15", "--methods", "FedHKD"]).replay_self == 1e-15
+    for bad in (["c", "--replay-self", "1e-15", "--methods", "FedHKD"], ["c", "--replay", "--replay-self", "1e-15"]):
+        with pytest.raises(SystemExit) as exit_info:
+            parse_args(bad)
+        assert exit_info.value.code == 2

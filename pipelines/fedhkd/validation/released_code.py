@@ -89,6 +89,7 @@ import scipy.io
 import scipy.stats
 import torch
 
+import bench.algorithms.fedhkd as fedhkd_module
 import bench.runner.federation as federation
 from bench.algorithms import get_algorithm
 from bench.config import ExperimentConfig
@@ -326,9 +327,11 @@ def replay_one(task: tuple[str, int], checkout: Path, args: argparse.Namespace, 
     (``("client-order", round)``) and noise vectors (``("dp-noise", client, round)``); its model average sums
     in client-id order as ours does (else they differ in the last bit). Both sides in ``--dtype``. With
     ``--ours-clip-twice`` ours clips FedHKD's gradients a second time at 1.1 from round 2, as the code does (a
-    factor 1.1/(‖g‖ + 1e-6) ≈ 1 − 1e-6 where the first clip acted, which code mode leaves out). Returns, per
-    round: both training losses, both global models' exact test accuracy, the largest parameter difference
-    and the largest relative BatchNorm-buffer difference."""
+    factor 1.1/(‖g‖ + 1e-6) ≈ 1 − 1e-6 where the first clip acted, which code mode leaves out). With
+    ``--replay-self EPS`` the released side is ours again with FedHKD's feature term scaled by (1 + EPS): the
+    control, how far two runs one rounding step apart drift. Returns, per round: both training losses, both
+    global models' exact test accuracy, the largest parameter difference and the largest relative
+    BatchNorm-buffer difference."""
     method, seed = task
     dtype = {"float32": torch.float32, "float64": torch.float64}[args.dtype]
     torch.set_default_dtype(dtype)
@@ -341,7 +344,16 @@ def replay_one(task: tuple[str, int], checkout: Path, args: argparse.Namespace, 
     federation.to_tensor = to_tensor
     data = load_dataset(DATASET, work / "bench-data")
     init, ours_states, ours_rows = replay_ours(method, seed, args, work / "bench-data")
-    model, released_states, released_rows = replay_released(method, seed, args, checkout, work, data, init, dtype)
+    if args.replay_self is None:
+        model, released_states, released_rows = replay_released(method, seed, args, checkout, work, data, init, dtype)
+    else:
+        _, released_states, released_rows = replay_ours(method, seed, args, work / "bench-data", args.replay_self)
+        released_states = [{k.replace("classifier.", "classifier.0.", 1): v for k, v in state.items()}
+                           for state in released_states]
+        released_imports(str(checkout))
+        from models import ShuffLeNet  # the released model, for its key names
+
+        model = ShuffLeNet(None, code_length=32, num_classes=10)
     test_x, test_y = to_tensor(data.test_x, data, torch.device("cpu")), torch.from_numpy(data.test_y)
     names = {k for k, _ in model.named_parameters()}
 
@@ -362,13 +374,17 @@ def replay_one(task: tuple[str, int], checkout: Path, args: argparse.Namespace, 
     return rows
 
 
-def replay_ours(method: str, seed: int, args: argparse.Namespace,
-                data_dir: Path) -> tuple[dict[str, torch.Tensor], list[dict[str, torch.Tensor]], list[dict[str, float]]]:
-    """Ours for :func:`replay_one`: the initial global state, the global state after each round, the curves."""
+def replay_ours(method: str, seed: int, args: argparse.Namespace, data_dir: Path, perturb: float | None = None
+                ) -> tuple[dict[str, torch.Tensor], list[dict[str, torch.Tensor]], list[dict[str, float]]]:
+    """Ours for :func:`replay_one`: the initial global state, the global state after each round, the curves;
+    with ``perturb``, FedHKD's feature term scaled by (1 + perturb)."""
     algorithm = get_algorithm(METHODS[method]["name"])
     init: dict[str, torch.Tensor] = {}
     ours_states: list[dict[str, torch.Tensor]] = []
-    init_server, aggregate = algorithm.init_server, algorithm.aggregate
+    init_server, aggregate, local_loss = algorithm.init_server, algorithm.aggregate, algorithm.local_loss
+    feature_alignment = fedhkd_module.feature_alignment
+    if perturb is not None:
+        fedhkd_module.feature_alignment = lambda *a, **k: feature_alignment(*a, **k) * (1 + perturb)
 
     def recorded_init(self: Any) -> Any:
         server = init_server(self)
@@ -404,6 +420,8 @@ def replay_ours(method: str, seed: int, args: argparse.Namespace,
     except Diverged:
         pass
     torch.nn.utils.clip_grad_norm_ = clip
+    algorithm.init_server, algorithm.aggregate, algorithm.local_loss = init_server, aggregate, local_loss  # type: ignore[method-assign]
+    fedhkd_module.feature_alignment = feature_alignment
     return init, ours_states, ours_rows
 
 
@@ -644,7 +662,9 @@ def report(runs: dict[tuple[str, str], list[Run]], args: argparse.Namespace, agr
 
 def replay_report(results: dict[tuple[str, int], list[dict[str, float]]], args: argparse.Namespace,
                   command: str) -> str:
-    out = ["# FedHKD: the released code (8a930f4) and ours replayed from the same random draws", "", f"`{command}`", "",
+    title = ("the released code (8a930f4) and ours" if args.replay_self is None else
+             f"ours and ours with its feature term scaled by (1 + {args.replay_self:g}) (in the released code's columns)")
+    out = [f"# FedHKD: {title}, replayed from the same random draws", "", f"`{command}`", "",
            f"{args.clients} clients, β = {args.beta}, part {args.part}, {args.rounds} rounds × {args.local_epochs} local "
            f"epochs, batch {args.batch_size}, partition seed {args.partition_seed}; {args.dtype}"
            f"{'; ours clips twice from round 2, as the code' if args.ours_clip_twice else ''}. "
@@ -652,7 +672,8 @@ def replay_report(results: dict[tuple[str, int], list[dict[str, float]]], args: 
            "and noise; the released model average sums in client-id order. Global accuracy: exact, on the 450 test "
            "images.", ""]
     for (method, seed), rows in sorted(results.items()):
-        out += [f"## {method}, seed {seed}", "", "| round | training loss, released | ours | global acc, released | ours | "
+        other = "released" if args.replay_self is None else "perturbed"
+        out += [f"## {method}, seed {seed}", "", f"| round | training loss, {other} | ours | global acc, {other} | ours | "
                 "max abs. parameter difference | max rel. BatchNorm-buffer difference |", "|---|---|---|---|---|---|---|"]
         out += [f"| {r['round']} | {r['loss_released']:.10f} | {r['loss_ours']:.10f} | {r['acc_released']:.4f} | "
                 f"{r['acc_ours']:.4f} | {r['param_diff']:.2e} | {r['buffer_rel_diff']:.2e} |" for r in rows]
@@ -715,6 +736,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                              "round by round (CPU), instead of independent seeds")
     parser.add_argument("--dtype", choices=["float32", "float64"], default="float32",
                         help="--replay: both sides' dtype (float64 keeps rounding differences from growing)")
+    parser.add_argument("--replay-self", type=float, metavar="EPS",
+                        help="--replay: in the released code's place, ours with FedHKD's feature term scaled by "
+                             "(1 + EPS), e.g. 1e-15: how far two runs one rounding step apart drift (a control)")
     parser.add_argument("--ours-clip-twice", action="store_true",
                         help="--replay: ours clips FedHKD's gradients a second time at 1.1 from round 2, as the code does")
     parser.add_argument("--ours-on-divergence", choices=["train_on", "stop"], default="train_on",
@@ -735,8 +759,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         parser.error("--jobs must be at least 1")
     if args.replay and args.device != "cpu":
         parser.error("--replay runs the released code in process on the CPU: use --device cpu")
-    if not args.replay and (args.dtype != "float32" or args.ours_clip_twice):
-        parser.error("--dtype and --ours-clip-twice apply to --replay only")
+    if not args.replay and (args.dtype != "float32" or args.ours_clip_twice or args.replay_self is not None):
+        parser.error("--dtype, --ours-clip-twice and --replay-self apply to --replay only")
+    if args.replay_self is not None and args.methods != ["FedHKD"]:
+        parser.error("--replay-self perturbs FedHKD's feature term: use --methods FedHKD")
     return args
 
 
