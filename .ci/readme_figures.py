@@ -75,7 +75,7 @@ def _p(x: float | None) -> str:
 
 
 def render_versus(pinned: PinnedFile, rows: list[dict[str, str]]) -> str:
-    """The README's sentence on `bench versus fedavg_ls` from its per-pair values and the pinned baselines."""
+    """The sentence of docs/methods.md on `bench versus fedavg_ls` from its per-pair values and the pinned baselines."""
     statistic = Statistic.model_validate("final_global_acc")
     pairs = [(r["setting"], int(r["seed"])) for r in rows]
     new = [float(r["new"]) for r in rows]

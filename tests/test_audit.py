@@ -36,7 +36,7 @@ def clone(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A fresh clone of this repository's HEAD with the default suite's records pulled from its remote."""
     folder = tmp_path_factory.mktemp("clone") / "repo"
     subprocess.run(["git", "clone", "--quiet", str(REPO), str(folder)], check=True)
-    pulled = _run([DVC, "pull", "dvc.yaml", "pipelines/fedhkd/dvc.yaml"], folder)  # the command the README gives
+    pulled = _run([DVC, "pull", "dvc.yaml", "pipelines/fedhkd/dvc.yaml"], folder)  # the command the README and docs/integrity.md give
     assert pulled.returncode == 0, pulled.stderr
     return folder
 
