@@ -45,3 +45,29 @@ def test_the_readme_starts_with_the_two_commands_each_setting_up_from_the_locked
              ".tools/bin/uv sync --locked --compile-bytecode && .tools/bin/uv run --locked ")
     assert opening[1].split("\n") == [setup + "dvc repro", setup + "pytest"]
     assert len(text.splitlines()) <= 160
+
+
+def _anchors(page: Path) -> set[str]:
+    """The anchors a Markdown page's headings get (GitHub's rule: lower case, punctuation dropped, spaces to -)."""
+    return {re.sub(r"[^\w\- ]", "", m[1].strip().lower()).replace(" ", "-")
+            for m in re.finditer(r"^#+ (.*)$", page.read_text(), re.M)}
+
+
+def test_every_link_of_the_documents_resolves_inside_the_repository() -> None:
+    """The front page links into docs/ and the paper folders, and the narratives link to each other by section:
+    every relative link of README.md, docs/ and the paper folders' READMEs and notes names a file of the repository
+    and, where it names a section of a Markdown page, a heading of that page."""
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), *sorted(ROOT.glob("pipelines/*/README.md")),
+             *sorted(ROOT.glob("pipelines/*/NOTES.md"))]
+    assert len(pages) >= 10
+    broken = []
+    for page in pages:
+        text = re.sub(r"````.*?````|```.*?```", "", page.read_text(), flags=re.S)  # links in code blocks are examples
+        for target in re.findall(r"\]\(([^)\s]+)\)", text):
+            if re.match(r"[a-z]+:", target):
+                continue  # http(s), mailto: outside the repository by intent
+            path, _, anchor = target.partition("#")
+            linked = page.parent / path if path else page
+            if not linked.exists() or (anchor and linked.suffix == ".md" and anchor not in _anchors(linked)):
+                broken.append(f"{page.relative_to(ROOT)}: {target}")
+    assert broken == []
