@@ -154,6 +154,10 @@ class Executor:
 
 
 def listen(rounds: Any, on_round: RoundFn) -> None:
-    """Call ``on_round`` for every ``(index, round)`` a queue hears, until it hears None."""
-    while (item := rounds.get()) is not None:
-        on_round(*item)
+    """Call ``on_round`` for every ``(index, round)`` a queue hears, until it hears None or its manager
+    process is gone (Ctrl-C stops the manager with the suite; the suite then says "interrupted" alone)."""
+    try:
+        while (item := rounds.get()) is not None:
+            on_round(*item)
+    except (EOFError, ConnectionError):
+        return
