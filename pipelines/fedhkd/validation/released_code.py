@@ -668,9 +668,10 @@ def replay_report(results: dict[tuple[str, int], list[dict[str, float]]], args: 
            f"{args.clients} clients, β = {args.beta}, part {args.part}, {args.rounds} rounds × {args.local_epochs} local "
            f"epochs, batch {args.batch_size}, partition seed {args.partition_seed}; {args.dtype}"
            f"{'; ours clips twice from round 2, as the code' if args.ours_clip_twice else ''}. "
-           "Both sides start from our initial weights and draw our batch order, client order "
-           "and noise; the released model average sums in client-id order. Global accuracy: exact, on the 450 test "
-           "images.", ""]
+           + ("Both sides start from our initial weights and draw our batch order, client order and noise; the "
+              "released model average sums in client-id order. " if args.replay_self is None else
+              "Both sides are ours, from the same seed; they differ only by the perturbed feature term. ")
+           + "Global accuracy: exact, on the 450 test images.", ""]
     for (method, seed), rows in sorted(results.items()):
         other = "released" if args.replay_self is None else "perturbed"
         out += [f"## {method}, seed {seed}", "", f"| round | training loss, {other} | ours | global acc, {other} | ours | "
