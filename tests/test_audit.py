@@ -213,3 +213,13 @@ def test_bad_input_is_one_line(tmp_path: Path) -> None:
                         (["audit", str(REPO / "reports/default/summary.md"), CELL, "--seed", "x"], "invalid int")):
         done = bench(tmp_path, *args)
         assert done.returncode == 2 and done.stderr.count("\n") == 1 and words in done.stderr, done.stderr
+
+
+def test_audit_judges_a_value_against_its_pin_by_compare_s_rule() -> None:
+    """Bitwise on the pinned runs' processor and versions; elsewhere within the pinned tolerance, said so."""
+    from bench.report.audit import Audit
+
+    assert Audit._against_pin(0.95, 0.95, exact=True, tolerance=0.07) == "bitwise equal"
+    assert Audit._against_pin(0.9533, 0.9556, exact=True, tolerance=0.07) == "DIFFERS"
+    assert Audit._against_pin(0.9533, 0.9556, exact=False, tolerance=0.07).startswith("within the pinned tolerance")
+    assert Audit._against_pin(0.85, 0.9556, exact=False, tolerance=0.07).startswith("DIFFERS by more than")

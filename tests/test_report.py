@@ -143,6 +143,29 @@ def test_pin_then_compare(suite_root: Path, tmp_path: Path, capsys: pytest.Captu
     assert "DRIFT: fedavg/iid/mean final_global_acc" in capsys.readouterr().out
 
 
+def test_only_runs_on_the_pinned_processor_compare_bitwise(suite_root: Path, tmp_path: Path,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    """The kernel pinning does not make two processors compute the same bits (measured, docs/determinism.md):
+    a pin records the processor, a run on another one — or against a file pinned before the processor was
+    recorded — compares with the tolerance, and the same processor still compares bitwise."""
+    pinned = tmp_path / "pinned.json"
+    assert bench(suite_root, "pin", "--out", str(pinned)) == 0
+    data = json.loads(pinned.read_text())
+    assert data["environment"]["cpu"] and "cpu" in data["tolerance"]["fingerprint"]
+    data["values"]["fedavg"]["iid"]["seeds"]["0"]["values"]["final_global_acc"] += 0.03
+    pinned.write_text(json.dumps(data))
+    capsys.readouterr()
+    assert bench(suite_root, "compare", "--pinned", str(pinned)) == 1  # same processor: exact
+    assert "DRIFT: fedavg/iid/seed0 final_global_acc" in capsys.readouterr().out
+    data["environment"]["cpu"] = "GenuineIntel family 6 model 85 stepping 7 (another); flags 000000000000"
+    pinned.write_text(json.dumps(data))
+    assert bench(suite_root, "compare", "--pinned", str(pinned)) == 0  # another processor: tolerance
+    del data["environment"]["cpu"]
+    data["tolerance"]["fingerprint"].remove("cpu")  # a file pinned before the processor was recorded
+    pinned.write_text(json.dumps(data))
+    assert bench(suite_root, "compare", "--pinned", str(pinned)) == 0
+
+
 def _forge(folder: Path) -> None:
     """Swap two training indices of a saved partition and rewrite the sha256 its partition.json records."""
     import numpy as np

@@ -34,7 +34,7 @@ from bench.experiment import build_config
 from bench.fileio import sha256_file
 from bench.report.paper_report import table_rows
 from bench.report.partition_check import check_partitions
-from bench.report.pinned import PinnedFile, default_pinned_path, load_pinned
+from bench.report.pinned import PinnedFile, default_pinned_path, load_pinned, same_environment
 from bench.report.runs import ACC_METRICS, RunRecord, read_run, statistic_value
 from bench.report.suite_report import LABELS, METRIC_TITLES, STATISTICS
 from bench.runner.executor import RunRequest
@@ -179,9 +179,13 @@ class Audit:
             mean, std = mean_std(found)
             out.append(f"value    {c.statistic.name} over seeds {list(self.values)}: mean {mean!r}"
                        + (f", sample std {std!r}" if std is not None else "") + " (recomputed from the records)")
-            if pinned is not None and (pinned_mean := pinned.mean.get(c.statistic.name)) is not None \
-                    and pinned_mean != mean:
-                problems.append(f"the mean {mean!r} differs from the pinned mean {pinned_mean!r}")
+            if self.pinned is not None and pinned is not None \
+                    and (pinned_mean := pinned.mean.get(c.statistic.name)) is not None:
+                exact = all(same_environment(self.pinned, r.provenance) for r in self.runs.values()
+                            if not isinstance(r, str))
+                verdict = self._against_pin(mean, pinned_mean, exact, self.pinned.tolerance.mean_abs)
+                if verdict.startswith("DIFFERS"):
+                    problems.append(f"the mean {mean!r} differs from the pinned mean {pinned_mean!r} ({verdict})")
         if self.pinned is not None and pinned is not None:
             commits = self.pinned.environment.get("git_commit")
             out.append(f"pinned   mean {pinned.mean.get(c.statistic.name)!r} ({self.pinned_path}; "
@@ -210,10 +214,11 @@ class Audit:
             out.append(f"  run      {run_dir}  value {self.values[seed]!r}")
             pinned_seed = pinned.seeds.get(seed) if pinned else None
             if pinned_seed is not None:
-                same = pinned_seed.values.get(statistic.name) == self.values[seed]
-                out.append(f"  pinned   {pinned_seed.values.get(statistic.name)!r}"
-                           f" ({'bitwise equal' if same else 'DIFFERS'})")
-                if not same:
+                assert self.pinned is not None  # a pinned seed comes from the pinned file
+                verdict = self._against_pin(self.values[seed], pinned_seed.values.get(statistic.name),
+                                            same_environment(self.pinned, prov), self.pinned.tolerance.per_seed_abs)
+                out.append(f"  pinned   {pinned_seed.values.get(statistic.name)!r} ({verdict})")
+                if verdict.startswith("DIFFERS"):
                     problems.append(f"seed {seed}: the value {self.values[seed]!r} differs from the pinned "
                                     f"{pinned_seed.values.get(statistic.name)!r}")
             out.append("  " + _files_line(run_dir, recorded, s.results_dir(c.method), problems, seed))
@@ -248,6 +253,18 @@ class Audit:
         out.append(f"audit    {'OK: every value, file and hash checked agrees' if not problems else 'FAILED'}"
                    + "".join(f"\n  DIFFERS: {p}" for p in problems))
         return out, problems
+
+    @staticmethod
+    def _against_pin(now: float | None, pinned: float | None, exact: bool, tolerance: float) -> str:
+        """A value against its pinned one under bench compare's rule: bitwise where the run's environment is
+        the pinned runs' (bench.report.pinned.same_environment), else within the pinned tolerance."""
+        if now == pinned:
+            return "bitwise equal"
+        if exact or now is None or pinned is None:
+            return "DIFFERS"
+        if abs(now - pinned) <= tolerance:
+            return f"within the pinned tolerance {tolerance} (pinned in another environment: processor or versions)"
+        return f"DIFFERS by more than the pinned tolerance {tolerance} (pinned in another environment)"
 
     @property
     def pinned_path(self) -> Path | None:

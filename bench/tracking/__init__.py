@@ -54,11 +54,38 @@ def code_version() -> dict[str, str]:
             "uv_lock_sha256": sha256_file(lock) if lock.exists() else "unknown"}
 
 
+@lru_cache(maxsize=1)
+def cpu_identity() -> str:
+    """The processor as the kernel libraries see it: vendor, family, model and stepping, the cache sizes and
+    a digest of the feature flags. Two hosts with the same CPU-kernel policy still computed different bits
+    (measured: the default suite's FedGen and FedAL's FCCL re-trained on an AMD family-26 host against pins
+    made on another host, the same code giving the same bits on each; docs/determinism.md), so only runs on
+    the same processor are compared bitwise (bench.report.pinned)."""
+    fields: dict[str, str] = {}
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, sep, value = line.partition(":")
+            if not sep:
+                break  # the first processor's block ends at its blank line
+            fields.setdefault(key.strip(), value.strip())
+    caches = []
+    for index in sorted(Path("/sys/devices/system/cpu/cpu0/cache").glob("index*")):
+        with contextlib.suppress(OSError):
+            level, kind, size = ((index / n).read_text().strip() for n in ("level", "type", "size"))
+            caches.append(f"L{level}{'' if kind == 'Unified' else kind[0].lower()} {size}")
+    if not fields:
+        return platform.processor() or "unknown"
+    flags = hashlib.sha256(" ".join(sorted(fields.get("flags", "").split())).encode()).hexdigest()[:12]
+    return (f"{fields.get('vendor_id', '?')} family {fields.get('cpu family', '?')} model {fields.get('model', '?')} "
+            f"stepping {fields.get('stepping', '?')} ({fields.get('model name', '?')}); {' '.join(caches) or 'caches ?'}; "
+            f"flags {flags}")
+
+
 def environment() -> dict[str, str]:
     import torch  # here, so that logging a run to MLflow (bench.tracking.background) never imports torch
 
-    return {"platform": platform.platform(), "machine": platform.machine(), "python": sys.version.split()[0],
-            "torch": torch.__version__,
+    return {"platform": platform.platform(), "machine": platform.machine(), "cpu": cpu_identity(),
+            "python": sys.version.split()[0], "torch": torch.__version__,
             # the CPU kernels torch dispatches to (e.g. AVX2, AVX512): they round differently
             "cpu_capability": torch.backends.cpu.get_cpu_capability(),
             "cpu_kernels": " ".join(f"{k}={os.environ[k]}" for k in sorted(CPU_KERNEL_VARIABLES) if k in os.environ)
