@@ -55,11 +55,14 @@ def test_claims_on_the_papers_own_tables() -> None:
     margins of "2-6 %" and "sharing consistently costs fewer rounds"); figure-only claims are not measured."""
     claims = PAPER.claims(PAPER.printed())
     assert [(c.holds, c.evidence) for c in claims] == [
-        (True, "10/10"), (True, "10/12"), (True, "SVHN α=0.1 +6.02"),
-        (False, "SVHN α=0.05 +1.68, SVHN α=0.1 +6.02, SVHN α=10 +2.40"),
-        (True, "26/48"), (True, "4/4"), (True, "7/8"), (True, "8/8"), (True, "5/8"), (False, "6/8"),
-        (True, "6/8"), (True, "24/24"), (True, "2/2"), (None, "0/0"), (None, "0/0"), (None, "—"), (None, "—"),
-        (None, "0/0")]
+        (True, "10/10"), (True, "10/12"), (True, "1/1; SVHN α=0.1 +6.02"),
+        (False, "1/3; not held: DaFKD @ SVHN α=0.05 0.51 vs FedProx @ SVHN α=0.05 0.49 by +0.01995; DaFKD @ SVHN "
+                "α=0.05 0.51 vs FedDFusion @ SVHN α=0.05 0.49 by +0.01995; FedDFusion @ SVHN α=0.1 0.67 vs DaFKD @ SVHN "
+                "α=0.1 0.73 by -0.06005; SVHN α=0.05 +1.68, SVHN α=0.1 +6.02, SVHN α=10 +2.40"),
+        (True, "26/48"), (True, "4/4"), (True, "7/8"), (True, "8/8"), (True, "5/8"), (False, "6/8; not held: DaFKD @ FMNIST acc=60% 18.67 vs DaFKD (no sharing) @ FMNIST acc=60% 18.67; DaFKD @ "
+                "FMNIST acc=65% 33.67 vs DaFKD (no sharing) @ FMNIST acc=65% 33.33"),
+        (True, "6/8"), (True, "24/24"), (True, "2/2"), (None, "—"), (None, "—"), (None, "—"), (None, "—"),
+        (None, "—")]
 
 
 @pytest.mark.parametrize("profile", ["paper", "paper_steps", "proxy", "smoke"])
