@@ -17,7 +17,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from bench.suites.verdicts import Test, detectable_difference, holm, mean, paired_test, sample_std
+from bench.suites.verdicts import ALPHA, Test, detectable_difference, holm, mean, paired_test, sample_std
 
 
 @dataclass(frozen=True)
@@ -108,3 +108,44 @@ def pair_noise(cells: Mapping[str, Mapping[str, Mapping[int, float]]]) -> float:
                     seeds = [s for s in cells[a][setting] if s in cells[b][setting]]
                     groups.append([cells[a][setting][s] - cells[b][setting][s] for s in seeds])
     return pooled_std(groups)
+
+
+Pair = tuple[str, int]  # (setting, seed)
+
+
+@dataclass(frozen=True)
+class Sensitivity:
+    """One statistic over some methods' per-seed values: the spread across seeds against the spread across methods,
+    and the smallest difference the paired test detects over their (setting, seed) pairs."""
+
+    statistic: str
+    methods: int
+    pairs: int
+    seed_spread: float  # pooled within-cell sample std over seeds
+    method_spread: float  # per setting, the std over methods of their means; averaged over settings
+    pair_noise: float  # pooled sample std over seeds of the difference of two methods, per setting
+    detectable: float | None  # power POWER at ALPHA, the paired t-test, over `pairs` pairs with `pair_noise`
+    separated: int  # method pairs the paired t-test separates at ALPHA (uncorrected) over the pairs
+    method_pairs: int
+
+
+def sensitivity(statistic: str, values: Mapping[str, Mapping[Pair, float]]) -> Sensitivity:
+    """The sensitivity of ``statistic`` over ``{method: {(setting, seed): value}}``, at least two methods, each on the
+    same pairs (what `bench sensitivity` prints for a pinned suite and each paper report per table)."""
+    methods = list(values)
+    pairs = sorted(values[methods[0]])
+    if len(methods) < 2 or any(sorted(values[m]) != pairs for m in methods):
+        raise ValueError(f"{statistic}: sensitivity needs two or more methods on the same (setting, seed) pairs")
+    settings = list(dict.fromkeys(s for s, _ in pairs))
+    cells = {m: {s: {seed: values[m][s, seed] for s_, seed in pairs if s_ == s} for s in settings} for m in methods}
+    noise = pair_noise(cells)
+    separated = 0
+    for i, a in enumerate(methods):
+        for b in methods[i + 1:]:
+            d = [values[a][x] - values[b][x] for x in pairs]
+            separated += any(d) and (p := paired_test(d).p) is not None and p < ALPHA
+    spread = [sample_std([mean(list(cells[m][s].values())) for m in methods]) for s in settings]
+    return Sensitivity(statistic, len(methods), len(pairs),
+                       pooled_std([list(cells[m][s].values()) for m in methods for s in settings]),
+                       mean(spread), noise, detectable_difference(noise, len(pairs)), separated,
+                       len(methods) * (len(methods) - 1) // 2)

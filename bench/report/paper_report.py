@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from bench.report.paired import sensitivity
 from bench.report.paper_figures import DrawnFigure
 from bench.report.pinned import PinnedFile
 from bench.report.runs import RunKey, RunRecord, statistic_value
@@ -17,7 +18,7 @@ from bench.suites.paper import TIME_RATIO, BandCell, Figure, Measure, Paper, Pap
     Section, band_cells
 from bench.suites.mechanisms import mechanism_cells, statuses
 from bench.suites.statistics import Statistic, aggregate
-from bench.suites.verdicts import ALPHA
+from bench.suites.verdicts import ALPHA, POWER
 
 Cells = dict[tuple[str, str, str], tuple[float, float | None]]  # (method, column, measure) -> (mean, spread)
 
@@ -222,11 +223,71 @@ def paper_markdown(suite: Suite, runs: dict[RunKey, RunRecord], summary: dict[st
     if band is not None:
         parts += [acceptance_section(d, ours, list(bands.values()))]
     parts += [ranking_section(paper, ours, printed)]
-    parts += [claims_section(paper, ours, printed)]
+    parts += [detection_section(d, ours), mechanism_section(suite, runs), claims_section(paper, ours, printed)]
     return "\n\n".join(parts) + "\n"
 
 
 MARKS = {"tight": "✓", "within": "~", "outside": "✗"}
+
+
+def detection_section(d: PaperDefinition, ours: Results) -> str:
+    """What this profile can detect, per table and statistic: the paired sensitivity of the table's rows over the
+    (setting, seed) pairs of its columns (bench.report.paired.sensitivity, what `bench sensitivity` prints), in the
+    measure's units. Rows with a value that is not finite (a target never reached) are left out of the noise."""
+    rows = []
+    for name, table in d.tables.items():
+        for measure_name, measure in table.measures.items():
+            by_statistic: dict[str, dict[str, dict[tuple[str, int], float]]] = {}
+            for column in ours.table(name):
+                statistic = column.statistics[measure_name].name
+                for method in d.rows(name):
+                    if (values := ours.seeds.get((method, column.key, measure_name))) is not None:
+                        by_statistic.setdefault(statistic, {}).setdefault(method, {}).update(values)
+            for statistic, values in by_statistic.items():
+                widest = max(len(v) for v in values.values())
+                kept = {m: v for m, v in values.items() if len(v) == widest and all(map(math.isfinite, v.values()))}
+                pairs = sorted(next(iter(values.values())))
+                label = [table.title, measure.label, f"`{statistic}`", str(len({s for _, s in pairs}))]
+                if len(kept) < 2:
+                    rows.append(label + [str(len(kept)), str(widest), "—", "—"])
+                    continue
+                found = sensitivity(statistic, kept)
+                rows.append(label + [str(found.methods), str(found.pairs),
+                                     _fmt(measure.scale * found.pair_noise, measure.digits),
+                                     _fmt(None if found.detectable is None else measure.scale * found.detectable,
+                                          measure.digits)])
+    return "\n\n".join([
+        "## What this profile can detect",
+        "Per table and statistic, over the table's rows that have every (setting, seed) pair of its columns, in the "
+        "measure's units: **pair noise**, the sample std over seeds of the difference between two methods on the "
+        "same setting and seed, pooled over method pairs and settings; **detectable**, the smallest mean difference "
+        f"the paired t-test of the verdicts finds with power {POWER:g} at α = {ALPHA:g} over these pairs with that "
+        "noise (docs/verdicts.md; as `bench sensitivity` computes it). A claimed difference below it is one this "
+        "profile could not have told apart from the seed noise. Rows whose value is not finite (a target never "
+        "reached) are left out.",
+        markdown_table(["table", "measure", "statistic", "seeds", "methods", "pairs", "pair noise",
+                        f"detectable (power {POWER:g})"], rows)])
+
+
+def mechanism_section(suite: Suite, runs: dict[RunKey, RunRecord]) -> str:
+    """Is the mechanism active on this profile? Per method, setting and declared mechanism, each seed's mean
+    diagnostic over its rounds beside its inert value, and the status (bench/suites/mechanisms.py)."""
+    d = suite.paper.definition  # type: ignore[union-attr]
+    cells = mechanism_cells(suite, runs)
+    rows = [[d.label(c.method), c.setting, c.mechanism.name, f"`{c.mechanism.rule}`",
+             "; ".join(f"{v:.3g} ({c.inert[seed]:.3g})" for seed, v in sorted(c.values.items())) or "—",
+             f"**{c.status}**" if c.status in ("inert", "mixed") else c.status] for c in cells]
+    return "\n\n".join([
+        "## Is the mechanism active on this profile?",
+        "Each mechanism a method's paper claims, as the method declares it (`mechanisms()` in its file under "
+        "bench/algorithms/): per seed, the mean over the run's rounds of its diagnostic and, in brackets, the value "
+        "the diagnostic has when the mechanism does nothing (chance, uniform weights); **active** when beyond the "
+        "declared margin on every seed, **inert** on none, **mixed** otherwise, not recorded for runs trained before "
+        "the method recorded its diagnostic (no claim is then marked not exercised). A claim resting on an inert "
+        "mechanism reads *not exercised*."
+        + ("" if cells else " No method of this suite declares a mechanism."),
+        *([markdown_table(["method", "setting", "mechanism", "active when", "per seed: diagnostic (inert)",
+                           "status"], rows)] if rows else [])])
 
 
 def claims_section(paper: Paper, ours: Results, printed: Results) -> str:

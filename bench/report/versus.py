@@ -23,8 +23,9 @@ from pydantic import ValidationError
 from bench.config import describe_validation
 from bench.errors import BenchError
 from bench.fileio import atomic_write, write_text
-from bench.report.paired import Paired, compare_all, pair_noise, pooled_std
-from bench.suites.verdicts import ALPHA, CONFIDENCE, POWER, detectable_difference, mean, paired_test
+from bench.report.paired import Paired, Sensitivity, compare_all
+from bench.report.paired import sensitivity as paired_sensitivity
+from bench.suites.verdicts import ALPHA, CONFIDENCE, POWER, mean, paired_test
 from bench.report.paper_report import markdown_table
 from bench.report.partition_check import check_partitions
 from bench.report.pinned import PinnedFile
@@ -103,22 +104,6 @@ def _value(records: Records, statistic: Statistic, run: str) -> float:
 
 # ---------------------------------------------------------------- sensitivity: can the suite tell methods apart?
 
-@dataclass(frozen=True)
-class Sensitivity:
-    """One statistic of a pinned suite: the spread across seeds against the spread across methods,
-    and the smallest difference the paired test detects over the suite's (setting, seed) pairs."""
-
-    statistic: str
-    methods: int
-    pairs: int
-    seed_spread: float  # pooled within-cell sample std over seeds
-    method_spread: float  # per setting, the std over methods of their means; averaged over settings
-    pair_noise: float  # pooled sample std over seeds of the difference of two methods, per setting
-    detectable: float | None  # power POWER at ALPHA, the paired t-test, over `pairs` pairs with `pair_noise`
-    separated: int  # method pairs the paired t-test separates at ALPHA (uncorrected) over the pinned pairs
-    method_pairs: int
-
-
 def sensitivity(pinned: PinnedFile, statistic: Statistic) -> Sensitivity:
     """The suite's sensitivity for ``statistic`` over its pinned methods that have it."""
     widest = max(len(cells) for cells in pinned.values.values())  # methods pinned on some settings only are left out
@@ -126,21 +111,7 @@ def sensitivity(pinned: PinnedFile, statistic: Statistic) -> Sensitivity:
               and all(statistic.name in e.values for c in pinned.values[m].values() for e in c.seeds.values())}
     if len(values) < 2:
         raise BenchError(f"suite {pinned.suite}: fewer than two pinned methods have {statistic.name}")
-    pairs = sorted(next(iter(values.values())))
-    settings = list(dict.fromkeys(s for s, _ in pairs))
-    cells = {m: {s: {seed: v[s, seed] for s_, seed in pairs if s_ == s} for s in settings} for m, v in values.items()}
-    methods = list(values)
-    noise = pair_noise(cells)
-    separated = 0
-    for i, a in enumerate(methods):
-        for b in methods[i + 1:]:
-            d = [values[a][x] - values[b][x] for x in pairs]
-            separated += any(d) and (p := paired_test(d).p) is not None and p < ALPHA
-    spread = [float(np.std([np.mean(list(cells[m][s].values())) for m in methods], ddof=1)) for s in settings]
-    return Sensitivity(statistic.name, len(methods), len(pairs),
-                       pooled_std([list(cells[m][s].values()) for m in methods for s in settings]),
-                       float(np.mean(spread)), noise, detectable_difference(noise, len(pairs)), separated,
-                       len(methods) * (len(methods) - 1) // 2)
+    return paired_sensitivity(statistic.name, values)
 
 
 def sensitivity_markdown(suite: str, rows: list[Sensitivity]) -> str:
