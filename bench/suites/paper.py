@@ -625,13 +625,19 @@ class Judged:
         """The effect with its interval and the test, in the measure's printed units (what the report prints)."""
         if self.test is None:
             return f"{self.comparison.label}: {self.outcome}"
-        s, digits = self.comparison.x.scale, self.comparison.x.digits
-        t = self.test
-        interval = "" if t.interval is None else f" [{s * t.interval[0]:+.{digits}f}, {s * t.interval[1]:+.{digits}f}]"
-        margin = f" (margin {s * t.margin:+.{digits}f})" if t.margin else ""
+        c, t = self.comparison, self.test
+        s, digits = c.x.scale, c.x.digits
         p = "untestable" if t.p is None else f"p = {t.p:.2g}" + ("" if self.p_holm in (None, t.p) else
                                                                 f", Holm {self.p_holm:.2g}")
-        return f"{self.comparison.label}: {s * t.effect:+.{digits}f}{interval}{margin}; {t.name}, {p}"
+        if c.y is None:  # a value against a bound: shown as the value, its interval and the bound
+            sign = 1 if c.higher else -1
+            low, high = sorted(sign * v for v in t.interval) if t.interval else (None, None)
+            interval = "" if low is None else f" [{s * low:.{digits}f}, {s * high:.{digits}f}]"
+            bound = f"{'>' if c.higher else '<'} {s * sign * t.margin:.{digits}f}"
+            return f"{c.label}: {s * sign * t.effect:.{digits}f}{interval}, claimed {bound}; {t.name}, {p}"
+        interval = "" if t.interval is None else f" [{s * t.interval[0]:+.{digits}f}, {s * t.interval[1]:+.{digits}f}]"
+        margin = f" (margin {s * t.margin:+.{digits}f})" if t.margin else ""
+        return f"{c.label}: {s * t.effect:+.{digits}f}{interval}{margin}; {t.name}, {p}"
 
 
 PointVerdict = Literal["holds", "fails", "not measured"]

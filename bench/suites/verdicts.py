@@ -45,7 +45,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from scipy import optimize, stats
+from scipy import integrate, optimize, stats
 
 ALPHA = 0.05
 CONFIDENCE = 0.95
@@ -171,13 +171,22 @@ def decide(holds: int, fails: int, measured: int, need: Need) -> Verdict:
 
 def t_power(shift: float, noise: float, pairs: int) -> float:
     """The probability that the two-sided paired t-test rejects at ``ALPHA`` over ``pairs`` pairs whose differences
-    scatter normally with standard deviation ``noise`` around ``shift`` (the noncentral t distribution)."""
+    scatter normally with standard deviation ``noise`` around ``shift`` (the noncentral t distribution; integrated
+    over the χ² of the sample variance where scipy's noncentral t gives no number)."""
     if pairs < 2:
         return 0.0
     df = pairs - 1
     critical = float(stats.t.ppf(1 - ALPHA / 2, df))
     centre = shift / noise * math.sqrt(pairs)
-    return float(stats.nct.sf(critical, df, centre) + stats.nct.cdf(-critical, df, centre))
+    power = float(stats.nct.sf(critical, df, centre) + stats.nct.cdf(-critical, df, centre))
+    if math.isfinite(power):
+        return power
+
+    def given(v: float) -> float:  # T = (Z + centre)/√(V/df), V ~ χ²(df): the rejection probability given V = v
+        s = critical * math.sqrt(v / df)
+        return float((stats.norm.sf(s - centre) + stats.norm.cdf(-s - centre)) * stats.chi2.pdf(v, df))
+
+    return float(integrate.quad(given, 0, math.inf)[0])  # where scipy's nct gives NaN (few pairs, large shifts)
 
 
 def detectable_difference(noise: float, pairs: int) -> float | None:
