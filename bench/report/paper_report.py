@@ -308,7 +308,7 @@ def claims_section(paper: Paper, ours: Results, printed: Results) -> str:
         f"share (Welch's t-test across settings), Holm-corrected over the claim's comparisons at α = {ALPHA:g}; "
         "**supported** when enough comparisons hold, **contradicted** when too many fail for that, **inconclusive** "
         "when the seeds cannot tell, **not measured** for exact ties (a target nobody reaches) or cells we lack, "
-        "**not exercised** when the mechanism the claim rests on was inert in the runs (the mechanism table below). "
+        "**not exercised** when the mechanism the claim rests on was inert in the runs (the mechanism table above). "
         "The comparison shown is the one deciding the verdict (the weakest of those a supported claim needs, the "
         "strongest against a contradicted one): effect in the measure's units (claim's side positive), its 95 % "
         "interval, the test and its p-value (Holm-adjusted where the claim has several comparisons). An analogue "

@@ -1,4 +1,4 @@
-"""The rule by which a claim is judged on seeds (docs/architecture.md "Verdicts"), written once: the test of one
+"""The rule by which a claim is judged on seeds (docs/verdicts.md), written once: the test of one
 comparison, the correction across a claim's comparisons, the count that makes a verdict, and the smallest
 difference the test detects.
 
