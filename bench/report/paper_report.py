@@ -30,7 +30,7 @@ def table_rows(suite: Suite, column: ReportColumn) -> list[str]:
     return [m for m in suite.params.methods if d.shown(column.table, m) and suite.runs_on(m, column.setting)]
 
 
-SeedValues = dict[tuple[str, str, str], dict[tuple[str, int], float]]  # (method, column, measure) -> (setting, seed) -> value
+SeedValues = dict[tuple[str, str, str], dict[tuple[str, int], float]]  # (method, column, measure) -> (setting, seed)
 REFERENCE = "fedavg"  # per-round times are reported as ratios to this algorithm
 
 

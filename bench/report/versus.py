@@ -232,8 +232,8 @@ def versus_markdown(v: Versus, figure: str | None) -> str:
              + ("pinned per-seed values (`reports/pinned/`), not re-trained." if v.source == "pinned"
                 else "runs in the suite's results folder.")
              + f" Mean of {v.method}: {_pts(mean(v.new), sign=False)}.",
-             f"The rule of the paper reports' verdicts (bench/suites/verdicts.py): per baseline the paired t-test of the "
-             f"differences, its {CONFIDENCE:.0%} t interval, Holm's correction across the baselines; **better** or "
+             "The rule of the paper reports' verdicts (bench/suites/verdicts.py): per baseline the paired t-test of "
+             f"the differences, its {CONFIDENCE:.0%} t interval, Holm's correction across the baselines; **better** or "
              f"**worse** when the Holm-adjusted p < {ALPHA:g}, **inconclusive** otherwise, **not measured** when every "
              f"difference is zero. W/T/L: pairs where {v.method} is better / equal / worse. **Detectable**: the "
              f"smallest mean difference the test finds with power {POWER:g} over these pairs, given the spread of "

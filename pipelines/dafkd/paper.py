@@ -118,7 +118,8 @@ class DaFKD(Paper):
             *self._sensitivity_claims(results),
             claim("Diagnostic (R10, not the paper's): the α̂-weighted ensemble is at least as accurate as the uniform "
                   "one at α ≤ 0.1, in most columns", results,
-                  [self._weighted(results, c) for c in results.table("diagnostic") if (_parameter(c.key, "a") or 1.0) <= 0.1], MOST,
+                  [self._weighted(results, c) for c in results.table("diagnostic")
+                   if (_parameter(c.key, "a") or 1.0) <= 0.1], MOST,
                   rests_on=(("dafkd", "alpha_entropy"),)),
         ]
 
@@ -160,7 +161,8 @@ class DaFKD(Paper):
         return fig5 + base
 
     def _placed(self, results: Results, columns: list[ReportColumn], letter: str) -> dict[str, list[tuple[float, ReportColumn]]]:
-        """Per panel (dataset, or the analogues): (α or r, column) over ``columns`` (r = 0.4 where a column names none)."""
+        """Per panel (dataset, or the analogues): (α or r, column) over ``columns`` (r = 0.4 where a column names
+        none)."""
         out: dict[str, list[tuple[float, ReportColumn]]] = {}
         for column in columns:
             x = _parameter(column.key, letter)
@@ -216,7 +218,8 @@ class DaFKD(Paper):
         columns = results.table("figure6")
 
         def within(a: str, b: str, column: ReportColumn, band: float) -> list[Comparison | None]:
-            return [beats(a, b, column, measure, -band, strict=False), beats(b, a, column, measure, -band, strict=False)]
+            return [beats(a, b, column, measure, -band, strict=False),
+                    beats(b, a, column, measure, -band, strict=False)]
 
         return [
             claim("Accuracy increases with E at first: E = 20 beats E = 5 and 10 (Fig. 6a)", results,

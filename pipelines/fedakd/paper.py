@@ -71,7 +71,8 @@ class FedAKD(Paper):
                                     "(R6, D.6)", results,
                                     self.best_cells(results, "table5", TABLE5_METHODS,
                                                     frozenset({("t5-cifar10-cla", "max")})), rests_on=SELECTION))
-        claims.append(range_claim("FedAKD's time per round is above FedAvg's but comparable, at most 2× (§5.4, Fig. 3a)",
+        claims.append(range_claim("FedAKD's time per round is above FedAvg's but comparable, at most 2× "
+                                  "(§5.4, Fig. 3a)",
                                   results, results.pooled("fedakd", TIME_RATIO, "table1"), 1.0, 2.0))
         return claims
 

@@ -83,7 +83,8 @@ class FedAL(Paper):
                             for m in ("fedmd_fedal", "fedproto_fedal", "cfd", "fccl", "fcclplus")],
                   rests_on=ADVERSARIAL),
             claim("FedAL ends above FedMD and FedProto on MNIST (Fig. 7, R10; at equal iterations)", results,
-                  [beats("fedal", m, c, "acc") for c in results.table("figure7") for m in ("fedmd_fedal", "fedproto_fedal")],
+                  [beats("fedal", m, c, "acc") for c in results.table("figure7")
+                   for m in ("fedmd_fedal", "fedproto_fedal")],
                   rests_on=ADVERSARIAL),
         ]
 

@@ -71,7 +71,8 @@ class FedHKD(Paper):
             return None if a is None or b is None else Comparison(a, b)
 
         def top_two(column: ReportColumn, measure: str) -> list[Comparison | None]:
-            return [beats(d.proposed, m, column, measure, strict=False) for m in d.rows(column.table) if m != d.proposed]
+            return [beats(d.proposed, m, column, measure, strict=False)
+                    for m in d.rows(column.table) if m != d.proposed]
 
         return [
             claim("FedHKD's local accuracy beats FedAvg's in every Table-1 column (§4.2, §10 b)", results,
