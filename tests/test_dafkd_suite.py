@@ -136,7 +136,8 @@ def test_smoke_profile_dvc_repro_end_to_end(tmp_path: Path) -> None:
     for figure in ("paper_figure3", "paper_figure4", "paper_figure6"):
         assert (report / "figures" / f"{figure}.png").stat().st_size > 0 and f"]({'figures'}/{figure}.png)" in paper
     # Every claim judged twice: by the printed values, and on our seeds by the rule of docs/verdicts.md; on two
-    # rounds of fabricated data nobody reaches a rounds-to-target statistic's target, so those claims are not measured
+    # rounds of fabricated data nobody reaches a rounds-to-target statistic's target, so those claims are not
+    # measured, or not exercised where they rest on DaFKD's mechanisms and those were inert
     judged = re.findall(r"^\| (.+?) \| (?:\*\*holds\*\*|\*\*fails\*\*|not measured) \(.*?\) \| (\*\*supported\*\*|"
                         r"\*\*contradicted\*\*|inconclusive|not measured|not exercised) \|",
                         paper.split("## The paper's claims")[1], re.M)
@@ -145,8 +146,12 @@ def test_smoke_profile_dvc_repro_end_to_end(tmp_path: Path) -> None:
     assert "## Is the mechanism active on this profile?" in paper and "## What this profile can detect" in paper
     rows = re.findall(r"^\| DaFKD \| \S+ \| (.+?) \| `[^`]+` \| ([^|]+) \| ([^|]+) \|$", paper, re.M)
     assert {m for m, _, _ in rows} == {"α̂ weights the clients by domain", "the generated samples span the classes"}
-    assert all(status.strip().strip("*") in ("active", "inert", "mixed") for _, _, status in rows), rows
-    assert dict(judged)["Rounds to target: DaFKD among the two fastest on SVHN and FMNIST (§6)"] == "not measured"
+    # two rounds on fabricated data: α̂ stays uniform (entropy log K) and the generator names one class or two
+    assert {status.strip() for _, _, status in rows} == {"**inert**"}, rows
+    verdicts = dict(judged)
+    assert verdicts["Ablation: sharing consistently costs fewer rounds (Table 3b: DaFKD < DaFKD^no-sharing)"] == \
+        "not measured"  # rests on no mechanism
+    assert verdicts["Rounds to target: DaFKD among the two fastest on SVHN and FMNIST (§6)"] == "not exercised"
 
     pin = subprocess.run([sys.executable, "-m", "bench.cli", "pin", "--params", str(pipeline / "params.yaml")],
                          cwd=project, capture_output=True, text=True)
