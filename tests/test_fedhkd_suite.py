@@ -1,6 +1,7 @@
 """The FedHKD paper module: transcribed values, table columns per profile, claims on the paper's tables."""
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -161,10 +162,15 @@ def test_smoke_profile_end_to_end(tmp_path: Path) -> None:
     assert "| FedAvg | 1.286 | 1.286 | 11.209 | 11.209 | 11.215 | 11.215 |" in paper  # Params: ours | paper
     assert "rank among the paper's 9 methods" in paper
     assert "Not ranked (not rows of the paper's tables): FedHKD (ν = 0.25, as printed), FedHKD (code mode)." in paper
-    assert paper.count("| FedHKD (code mode) |") == 4 and all(  # shown in both columns, unranked
+    tables = paper.split("## Is the mechanism active")[0]  # the mechanism table names the code mode's runs too
+    assert tables.count("| FedHKD (code mode) |") == 4 and all(  # shown in both columns, unranked
         line.endswith("| — (—/—/—) | — (—/—/—) |") or line.endswith("| — (—/—) | — (—/—) |")
         for line in paper.splitlines() if line.startswith("| FedHKD (code mode) |") and "—/" in line)
     assert "Profile `smoke`. Protocol (from the runs' configs): 2 rounds, 1 local epochs of batch 8 (drop_last), " \
            "adam lr 0.001 (×0.5 every 1 rounds), gradient clipping at norm 1.1, device cpu." in paper
     assert "## Acceptance band (pipelines/fedhkd/NOTES.md §10 (a))\n\nThe band check does not apply" in paper
     assert paper.count("**holds**") + paper.count("**fails**") + paper.count("not measured") >= 18
+    # FedHKD's knowledge diagnostic on the fresh runs: its mechanism table reads it, never "not recorded"
+    rows = re.findall(r"^\| FedHKD \| \S+ \| the hyper-knowledge moves the local loss \| `[^`]+` \| ([^|]+) \| ([^|]+) \|$",
+                      paper, re.M)
+    assert rows and all(status.strip().strip("*") in ("active", "inert", "mixed") for _, status in rows), rows
