@@ -39,7 +39,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.report.paired import compare_all  # noqa: E402
 from bench.report.pinned import PinnedFile, load_pinned  # noqa: E402
-from bench.report.versus import pinned_values, sensitivity, verdict  # noqa: E402
+from bench.report.versus import pinned_values, sensitivity  # noqa: E402
 from bench.suites import load_suite  # noqa: E402
 from bench.suites.statistics import Statistic  # noqa: E402
 
@@ -86,11 +86,12 @@ def render_versus(pinned: PinnedFile, rows: list[dict[str, str]]) -> str:
     def said(name: str) -> str:
         c = compared[name]
         low, high = c.interval or (c.mean, c.mean)
+        detectable = "—" if c.detectable is None else f"{100 * c.detectable:.2f}"
         return (f"{_pts(c.mean)} points, interval [{_pts(low)}, {_pts(high)}], {c.wins} / {c.ties} / {c.losses}, "
-                f"Wilcoxon W = {c.statistic:g}, p = {_p(c.p_value)}, Holm {_p(c.p_holm)}: {verdict(c)}")
+                f"paired t p = {_p(c.test and c.test.p)}, Holm {_p(c.p_holm)}, detectable {detectable}: {c.verdict}")
 
     others = [c for n, c in compared.items() if n not in ("fedalign", "fedavg")]
-    alike = sum(verdict(c) == verdict(compared["fedavg"]) for c in others)
+    alike = sum(c.verdict == compared["fedavg"].verdict for c in others)
     return (f"against FedAlign the mean difference in final global accuracy is {said('fedalign')};\n"
             f"against FedAvg {said('fedavg')}, like " + (f"all {alike} others" if alike == len(others)
                                                           else f"{alike} of the {len(others)} others") + ".\n")

@@ -4,6 +4,7 @@ smoke profile with `dvc repro`."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -73,9 +74,10 @@ def test_claims_fail_when_the_numbers_say_so() -> None:
     ours.values["fedmd_lf", "ablation-svhn-a2", "acc"] = 0.80  # above FedAL
     ours.values["fedal", "p600", "acc"] = 0.50  # below |P| = 400
     outcome = {c.text.split(" (")[0]: (c.holds, c.evidence) for c in fedal.PAPER.claims(ours)}
-    assert outcome["Ablation ordering: FedAL > FedMD-LF > FedMD"] == (False, "1/2")
+    assert outcome["Ablation ordering: FedAL > FedMD-LF > FedMD"] == (
+        False, "1/2; not held: FedAL @ SVHN α=2 (ablation) 0.7440 vs FedMD-LF @ SVHN α=2 (ablation) 0.8000")
     assert outcome["Accuracy rises with the public-set size: FedMD's and FedAL's, at every step of Table IX"] == \
-        (False, "7/8")
+        (False, "7/8; not held: FedAL @ public set 600 0.5000 vs FedAL @ public set 400 0.5700")
 
 
 def test_ranks_are_among_the_rows_of_each_table() -> None:
@@ -170,6 +172,15 @@ def test_smoke_profile_end_to_end_withrun_dvc(tmp_path: Path) -> None:
         assert f"| {DEFINITION.label(method)} |" in paper
     assert "### α=2 (paper SVHN α=2 ablation)" in paper and "`synthetic32`" in paper
     assert "## The paper's claims" in paper and "The band check does not apply" in paper
+    # The mechanism table on runs that recorded the diagnostics: FedAL's discriminator and adversarial gradient,
+    # each seed's mean beside its inert value, and a status read from them (never "not recorded" on fresh runs)
+    assert "## Is the mechanism active on this profile?" in paper and "## What this profile can detect" in paper
+    rows = re.findall(r"^\| FedAL \| het-a2 \| (the [a-z ]+) \| `[^`]+` \| ([^|]+) \| ([^|]+) \|$", paper, re.M)
+    assert [r[0] for r in rows] == ["the discriminator tells the clients apart",
+                                    "the adversarial gradient moves the clients"], rows
+    for _, values, status in rows:
+        assert re.fullmatch(r"[0-9.e-]+ \([0-9.e-]+\)(; [0-9.e-]+ \([0-9.e-]+\))*", values.strip()), values
+        assert status.strip().strip("*") in ("active", "inert", "mixed"), status
     records = (folder / "results" / "fedal-smoke" / "fedal" / "het-a2" / "seed0" / "records.csv").read_text()
     assert "upload_bytes" in records and ",client_global_acc,2," in records  # per client, and the communication
 

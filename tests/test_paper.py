@@ -14,7 +14,7 @@ from pydantic import ValidationError
 from bench.cli import main
 from bench.errors import BenchError
 from bench.suites import load_suite
-from bench.suites.paper import Claim, Paper, PaperDefinition, Results, pairs_claim
+from bench.suites.paper import Claim, Paper, PaperDefinition, Results, claim
 from bench.suites.plugins import PAPERS
 from tests.fabricated import fabricate_run
 
@@ -78,10 +78,8 @@ GLOBAL = {0: [0.2, 0.5, 0.6, 0.95], 1: [0.4, 0.45, 0.5, 0.7], 2: [0.45, 0.6, 0.7
 
 class Demo(Paper):
     def claims(self, results: Results) -> list[Claim]:
-        pairs = [(results.value("fedavg", c, "cf"), results.value("fedprox", c, "cf"))
-                 for c in results.table("fairness")]
-        wins = sum(a > b for a, b in pairs if a is not None and b is not None)
-        return [Claim("FedAvg is fairer than FedProx", wins == len(pairs), f"{wins}/{len(pairs)}")]
+        return [claim("FedAvg is fairer than FedProx", results,
+                      [results.beats("fedavg", "fedprox", c, "cf") for c in results.table("fairness")])]
 
 
 @pytest.fixture
@@ -164,8 +162,14 @@ def test_report_renders_the_definition(root: Path) -> None:
     # Standalone's own CF is blank, as the paper prints it (pipelines/fedakd/NOTES.md §3.1)
     assert "| Standalone | 80.00 ± 0.00 | — | 75.00 | 5.00 | — | — | — | — | 3 (3) | — (—) |" in paper
     assert "Measures: **rounds** `reach0.9_global_acc` (± max absolute deviation over seeds)." in paper
-    assert "| FedAvg is fairer than FedProx | **holds** (2/2) | **holds** (2/2) |" in paper
-    assert "## FedAvg's rank among the rows of each table" in paper  # Table 2 prints two of the three
+    # CF: FedAvg +100, FedProx -100 on every seed of both columns, so the difference is +200 without spread
+    assert ("| FedAvg is fairer than FedProx | **holds** (2/2) | **supported** | FedAvg @ iid vs FedProx @ iid: +200.00 "
+            "[+200.00, +200.00]; paired t, 3 pairs, p = 0 | 2/2 hold, 0 against; needs all |") in paper
+    assert "## FedAvg's rank among the rows of each table" in paper
+    # What the profile can detect: FedAvg and FedProx reach 50 % at the same rounds on every seed (no pair noise);
+    # nobody but FedAvg's seed 0 reaches 90 %, so that statistic has no finite pair to measure noise on
+    assert "| Table 2 | rounds | `reach0.5_global_acc` | 3 | 2 | 3 | 0.00 | 0.00 |" in paper
+    assert "| Table 2 | rounds | `reach0.9_global_acc` | 3 | 0 | 3 | — | — |" in paper  # Table 2 prints two of the three
 
 
 def test_pin_and_compare_cover_every_declared_statistic(root: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -263,5 +267,13 @@ def test_a_tie_to_float_rounding_is_no_win() -> None:
     fedal = (0.9577777777777778 + 0.9658333333333333 + 0.9494444444444444) / 3
     fedmd_lf = (0.9569444444444444 + 0.966388888888889 + 0.9497222222222221) / 3
     assert fedal > fedmd_lf  # by float rounding only
-    assert pairs_claim("FedAL > FedMD-LF", [(fedal, fedmd_lf)], "all").holds is False
-    assert pairs_claim("FedAL > FedMD-LF", [(fedal + 1e-4, fedmd_lf)], "all").holds is True
+    assert _printed_claim(fedal, fedmd_lf).holds is False
+    assert _printed_claim(fedal + 1e-4, fedmd_lf).holds is True
+
+
+def _printed_claim(a: float, b: float) -> Claim:
+    """"FedAvg beats FedProx" on one cell of values without seeds (a paper's printed table)."""
+    d = PaperDefinition.model_validate(yaml.safe_load(DEFINITION))
+    column = next(c for c in d.columns_for(["iid"]) if c.key == "iid")
+    results = Results(d, list(d.methods), [column], {("fedavg", "iid", "max"): a, ("fedprox", "iid", "max"): b})
+    return claim("FedAvg > FedProx", results, [results.beats("fedavg", "fedprox", column, "max")])

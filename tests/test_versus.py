@@ -13,37 +13,29 @@ from pathlib import Path
 
 import pytest
 import yaml
+from scipy import stats
 
-from bench.report.paired import (bootstrap_interval, compare, compare_all, detectable_difference, holm, smallest_p,
-                                 wilcoxon)
-from bench.report.versus import verdict
+from bench.report.paired import compare, compare_all
+from bench.suites.verdicts import detectable_difference, holm, t_power
 
 REPO = Path(__file__).resolve().parents[1]
 
-# Differences (points) with distinct |d| and no zeros: ranks of |d| are 3, 1, 4, 6, 5, 2, 8, 7; the
-# negative ones (-0.5, -1.0) hold ranks 1 and 2, so W- = 3 and W+ = 33. The exact two-sided p-value
-# counts the subsets of ranks {1..8} summing to at most 3: {}, {1}, {2}, {3}, {1,2} -> 5 of 2^8,
-# p = 2 * 5 / 256.
+# Differences (points): mean 15/8 = 1.875, sample std 1.8077 over 8 pairs, standard error 0.6391; the paired t-test
+# (7 degrees of freedom) gives t = 2.934, p = 0.0219 (scipy.stats.ttest_1samp), interval 1.875 ± 2.3646·0.6391.
 HAND = [1.5, -0.5, 2.0, 3.0, 2.5, -1.0, 4.0, 3.5]
 
 
-def test_wilcoxon_matches_the_hand_computation() -> None:
-    statistic, p = wilcoxon([d / 100 for d in HAND])
-    assert statistic == 3.0
-    assert p == pytest.approx(10 / 256, abs=1e-12)
-
-
-def test_paired_comparison_counts_and_means() -> None:
+def test_paired_comparison_counts_means_and_the_t_test() -> None:
     pairs = [("a", seed) for seed in range(8)]
     base = [0.90 + 0.001 * i for i in range(8)]
     result = compare("fedavg", pairs, [b + d / 100 for b, d in zip(base, HAND)], base)
     assert (result.wins, result.ties, result.losses) == (6, 0, 2)
     assert result.mean == pytest.approx(sum(HAND) / 800)
-    assert result.statistic == 3.0 and result.p_value == pytest.approx(10 / 256)
-    low, high = result.interval
-    assert low < result.mean < high
-    assert result.interval == compare("fedavg", pairs, [b + d / 100 for b, d in zip(base, HAND)], base).interval
-    assert result.note is None
+    expected = stats.ttest_1samp([d / 100 for d in HAND], 0.0)
+    assert result.test.p == pytest.approx(expected.pvalue) and result.test.p == pytest.approx(0.0219, abs=1e-4)
+    assert result.interval == pytest.approx(tuple(expected.confidence_interval(0.95)))
+    [alone] = compare_all(pairs, [b + d / 100 for b, d in zip(base, HAND)], {"fedavg": base})
+    assert alone.p_holm == alone.test.p and alone.verdict == "better"  # one baseline: Holm leaves p as it is
 
 
 def test_holm_matches_the_hand_computation() -> None:
@@ -52,26 +44,29 @@ def test_holm_matches_the_hand_computation() -> None:
     assert holm([0.5, 0.9]) == [pytest.approx(1.0), pytest.approx(1.0)]
 
 
-def test_too_few_pairs_is_said_plainly() -> None:
-    assert smallest_p(5) == 2 / 32 and smallest_p(6) == 2 / 64
+def test_better_worse_or_inconclusive_after_holm() -> None:
+    """Against three baselines: one clearly below the new method, one clearly above, one within the noise."""
     pairs = [("a", s) for s in range(6)]
-    five = compare("b", pairs, [1, 1, 1, 1, 1, 0.5], [0, 0, 0, 0, 0, 0.5])  # one tie: 5 non-zero pairs
-    assert five.note is not None and "5 non-zero pairs" in five.note and "0.0625" in five.note
-    assert verdict(five) == "too few pairs"
-    six = compare_all(pairs, [1.0] * 6, {"b": [0.0] * 6})[0]
-    assert six.note is None and six.p_value == pytest.approx(2 / 64) and verdict(six) == "better"
+    new = [0.90, 0.91, 0.92, 0.90, 0.93, 0.91]
+    below = [v - d for v, d in zip(new, (0.02, 0.03, 0.02, 0.025, 0.03, 0.02))]
+    above = [v + d for v, d in zip(new, (0.02, 0.03, 0.02, 0.025, 0.03, 0.02))]
+    noise = [v + d for v, d in zip(new, (0.01, -0.01, 0.005, -0.008, 0.002, -0.004))]
+    found = {c.baseline: c for c in compare_all(pairs, new, {"below": below, "above": above, "noise": noise})}
+    assert [found[b].verdict for b in ("below", "above", "noise")] == ["better", "worse", "inconclusive"]
+    assert found["below"].p_holm == pytest.approx(3 * found["below"].test.p)  # Holm across the three baselines
+    assert found["noise"].detectable > abs(found["noise"].mean)  # a difference this suite could not have told
 
 
-def test_identical_methods_have_no_test_and_a_point_interval() -> None:
+def test_identical_methods_are_not_measured() -> None:
     same = compare("b", [("a", s) for s in range(6)], [0.9] * 6, [0.9] * 6)
-    assert (same.statistic, same.p_value, same.interval) == (None, None, (0.0, 0.0))
-    assert bootstrap_interval([0.3]) is None
+    assert same.test is None and same.interval is None and same.verdict == "not measured"
 
 
-def test_detectable_difference_grows_with_noise_and_needs_six_pairs() -> None:
-    assert detectable_difference(0.01, 5) is None
+def test_detectable_difference_grows_with_noise_and_shrinks_with_pairs() -> None:
+    assert detectable_difference(0.01, 1) is None
     small, large = detectable_difference(0.005, 9), detectable_difference(0.01, 9)
     assert small is not None and large is not None and small < large
+    assert t_power(large, 0.01, 9) == pytest.approx(0.8, abs=1e-6)
     assert detectable_difference(0.01, 30) < large  # more pairs detect less
 
 
@@ -167,7 +162,7 @@ def test_sensitivity_spreads_match_the_hand_computation() -> None:
     assert result.seed_spread == pytest.approx((0.0021 / 4) ** 0.5)
     # method means: x 0.94 vs 0.90, y 0.84 vs 0.82 -> std of two values |d| / sqrt(2), averaged
     assert result.method_spread == pytest.approx((0.04 + 0.02) / 2 / 2 ** 0.5)
-    assert result.separated == 1  # six positive differences: p = 2/64
+    assert result.separated == 1  # six positive differences, mean 0.025, std 0.01761: paired t p = 0.0198
     assert result.detectable is not None and result.detectable < 0.04
 
 

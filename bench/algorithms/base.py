@@ -14,7 +14,8 @@ communication patterns (logits on a public set, rewards after aggregation) decla
 Each method declares its typed state: ``ClientState`` and ``ServerState`` (dataclasses deriving from
 :class:`~bench.engine.state.NoState`); ``personal_parameters`` names the state-dict prefixes that stay
 with each client (never averaged, never overwritten by the broadcast; FL-bench's personal/shared
-split); :meth:`Algorithm.evaluations` declares which models are evaluated on which splits.
+split); :meth:`Algorithm.evaluations` declares which models are evaluated on which splits, and
+:meth:`Algorithm.mechanisms` which mechanisms its paper claims and the diagnostics that show them at work.
 """
 from __future__ import annotations
 
@@ -30,6 +31,7 @@ from bench.engine.context import Context
 from bench.engine.evaluation import CLIENT_GLOBAL_ACC, GLOBAL_ACC, LOCAL_ACC, VAL_ACC, Evaluation
 from bench.engine.ledger import Message
 from bench.engine.loop import Step
+from bench.engine.mechanisms import Mechanism
 from bench.engine.messages import ModelBroadcast, Update
 from bench.engine.protocol import Exchange, Metrics, Phase
 from bench.engine.state import Client, ClientStateT, NoState, Server, ServerStateT
@@ -170,6 +172,15 @@ class Algorithm(Generic[ClientStateT, ServerStateT, DownT, UpT]):
         """Server side: combine the clients' updates (client-id order) into the server state; the server's
         metrics for the round. Methods without one do nothing."""
         return {}
+
+    # -- mechanisms -----------------------------------------------------------------------------
+
+    @classmethod
+    def mechanisms(cls, params: AlgorithmParams) -> tuple[Mechanism, ...]:
+        """The mechanisms the method's paper claims, each with the per-round diagnostic its records show it by
+        (:mod:`bench.engine.mechanisms`); none by default. From the parameters alone (a variant with the mechanism
+        switched off declares none), so a report reads them from a run's config."""
+        return ()
 
     # -- evaluation (PFLlib's per-method evaluation hook) ---------------------------------------
 

@@ -43,8 +43,10 @@ Dirichlet-partitioned, ``drop_last`` test loaders (§1.7.15), binarised MNIST-ty
 2-D noise bug (§1.7.16) — are not reproduced. Every run logs the diagnostics of §6 R10 and §7: the
 accuracy on the test set of the α̂-weighted and of the uniform ensemble of the round's client models
 (``ensemble_acc``, ``uniform_ensemble_acc``; α̂ from the clients' discriminators on the test images) and
-of ŵ before distillation (``pre_kd_acc``); per round the mean entropy and maximum of α̂ on D̂^g, the mean
-discriminator outputs on real and fake samples, the generator and distillation losses.
+of ŵ before distillation (``pre_kd_acc``); per round the mean entropy and maximum of α̂ on D̂^g (and log K_t,
+``alpha_entropy_uniform``, its value when uniform), how many classes the teacher finds in D̂^g (``gen_coverage``,
+:func:`class_coverage`), the mean discriminator outputs on real and fake samples, the generator and distillation
+losses. The first two are the diagnostics of its mechanisms (:data:`DOMAIN_WEIGHTS`, :data:`GENERATED_CLASSES`).
 """
 from __future__ import annotations
 
@@ -68,6 +70,7 @@ from bench.engine.aggregate import copy_state, load_state, weighted_average
 from bench.engine.distillation import soft_target_kl
 from bench.engine.evaluation import Evaluation
 from bench.engine.loop import Loop, Step
+from bench.engine.mechanisms import Mechanism
 from bench.engine.messages import Update
 from bench.engine.protocol import Metrics
 from bench.engine.state import Client, NoState, Server
@@ -207,6 +210,25 @@ def distillation_loss(student_logits: torch.Tensor, teacher: torch.Tensor, tempe
 def weight_entropy(weights: torch.Tensor) -> torch.Tensor:
     """Mean over samples of the entropy of α̂_{·,i} (log K_t: the weighting is inert, §7)."""
     return -(weights * torch.log(weights.clamp_min(1e-30))).sum(0).mean()
+
+
+def class_coverage(teacher: torch.Tensor) -> float:
+    """How many classes the generated samples span, by the teacher's (samples × classes) verdicts: the effective
+    number of classes exp(H) of the histogram of its argmax, as (exp(H) − 1)/(C − 1): 0 when every sample is one
+    class (the generator collapsed, or carries no class), 1 when the classes are equally often named."""
+    shares = torch.bincount(teacher.argmax(1), minlength=teacher.shape[1]).double() / len(teacher)
+    entropy = -(shares[shares > 0] * shares[shares > 0].log()).sum()
+    return float((entropy.exp() - 1) / (teacher.shape[1] - 1))
+
+
+DOMAIN_WEIGHTS = Mechanism(
+    "α̂ weights the clients by domain", "alpha_entropy", "alpha_entropy_uniform", "below", 0.05, relative=True,
+    why="α̂'s entropy at log K_t is the uniform weighting of DaFKD^no-correlation; 5 % below it is the least we read "
+        "as weights that tell the samples' domains apart")
+GENERATED_CLASSES = Mechanism(
+    "the generated samples span the classes", "gen_coverage", 0.0, "above", 0.5,
+    why="distilling on samples the teacher assigns to one class transfers nothing about the others; an effective "
+        "number of classes over half the way from one to all is the least we read as a generator that carries them")
 
 
 # -- state and messages -----------------------------------------------------------------------------------
@@ -431,6 +453,13 @@ class DaFKD(ParameterAveraging[DaFKDClient, DaFKDServer, GeneratorBroadcast, Dom
     ServerState = DaFKDServer
     personal_parameters = (HEAD,)
 
+    @classmethod
+    def mechanisms(cls, params: DaFKDParams) -> tuple[Mechanism, ...]:  # type: ignore[override]
+        """Domain awareness (Eq. 7: α̂ departs from uniform; not DaFKD^no-correlation's 1/K_t) and the generator
+        (its samples span the classes the teacher knows)."""
+        domain = (DOMAIN_WEIGHTS,) if params.correlation == "discriminator" else ()
+        return (*domain, GENERATED_CLASSES)
+
     # -- models ---------------------------------------------------------------------------------------
 
     def _build_generator(self) -> nn.Module:
@@ -537,6 +566,8 @@ class DaFKD(ParameterAveraging[DaFKDClient, DaFKDServer, GeneratorBroadcast, Dom
         metrics["alpha_entropy"] = float(weight_entropy(alpha))
         metrics["alpha_max"] = float(alpha.max(0).values.mean())
         teacher = ensemble_teacher(logits, alpha, p.temperature, p.teacher)
+        metrics["alpha_entropy_uniform"] = math.log(len(updates))
+        metrics["gen_coverage"] = class_coverage(teacher)
         metrics["kd_loss"] = self.distil(round_index, server.model, samples, teacher)
         if p.student_bn_stats == "averaged":  # ŵ's running statistics back; the distilled parameters stay
             averaged = server.state.averaged

@@ -27,7 +27,7 @@ by, and L→G distils from, a copy of w_g [I]), ``weighting: correct`` (Correct-
 Readings [I] (§1.6): one epoch of mini-batches per phase (Algorithm 1 writes one gradient step); the
 model evaluated as Acc_p is the suite's choice (``evaluation.local_model: global`` gives the code's
 w_g on each local test split, ``own`` the personal w_k). Each client's |I_k|/|D_k| is recorded every
-round (``selected_share``).
+round (``selected_share``): the diagnostic of the selection at work (:data:`SELECTION`).
 """
 from __future__ import annotations
 
@@ -49,6 +49,7 @@ from bench.engine.chunks import chunk_size
 from bench.engine.distillation import kd_loss
 from bench.engine.evaluation import eval_mode
 from bench.engine.loop import Loop, Step
+from bench.engine.mechanisms import Mechanism
 from bench.engine.messages import ModelBroadcast
 from bench.engine.protocol import Exchange, Metrics, Phase, no_metrics
 from bench.engine.state import Client, NoState, Server
@@ -106,6 +107,12 @@ class DistilledCopy:
     weight: float
 
 
+SELECTION = Mechanism(
+    "local → global distils from the samples the local model gets right", "selected_share", 1.0, "below", 0.05,
+    why="with every sample selected (|I_k| = |D_k| for every client) the distillation weights are the data sizes and "
+        "FedAKD is its All-Data ablation; the selection must leave out more than 5 % of the clients' data on average")
+
+
 @register_algorithm("fedakd")
 class FedAKD(Algorithm[FedAKDClient, NoState, ModelBroadcast[None], DistilledCopy]):
     """Down: the global model (twice a round in the code's order: before L→G and after the aggregation, for G→L);
@@ -116,6 +123,12 @@ class FedAKD(Algorithm[FedAKDClient, NoState, ModelBroadcast[None], DistilledCop
     ClientState = FedAKDClient
     resident_models = 3  # the personal model, the working copy of the global model and the frozen teacher
     metrics_order = ("train_loss", "distill_loss")
+
+    @classmethod
+    def mechanisms(cls, params: FedAKDParams) -> tuple[Mechanism, ...]:  # type: ignore[override]
+        """The selection I_k (Step 2), which sets each client's share of the local → global distillation; none for
+        the All-Data ablation (``selection: all``)."""
+        return (SELECTION,) if params.selection == "correct" else ()
 
     @cached_property
     def global_copy(self) -> nn.Module:

@@ -46,6 +46,11 @@ The ablations of Table VIII are configurations of this file: ``adv_weight: 0`` i
 discriminator is built; registered as ``fedmd_lf``), and ``adv_weight: 0`` with ``lf_local_weight:
 lf_global_weight: 0`` and τ = 1 is FedMD as the FedAL paper runs it (``fedmd_fedal``, a different
 protocol from the FedHKD paper's ``fedmd``). ``kd_weight`` scales the distillation term.
+
+Mechanism diagnostics, per global iteration (averaged over the round's), from what the server holds anyway:
+``disc_acc``, the share of the uploaded outputs whose client the discriminator names before its step (against
+``disc_chance`` = 1/N), and ``adv_share``, the norm of the adversarial gradients it sends over that of the
+distillation gradients at the same logits (:data:`ADVERSARIAL_MECHANISMS`).
 """
 from __future__ import annotations
 
@@ -64,6 +69,7 @@ from bench.algorithms.knowledge_transfer import (KnowledgeTransfer, LogitsUpload
 from bench.engine.context import Context
 from bench.engine.distillation import soft_target_kl
 from bench.engine.loop import Loop, Step
+from bench.engine.mechanisms import Mechanism
 from bench.engine.protocol import Metrics
 from bench.engine.snapshots import refresh_snapshot
 from bench.engine.state import Client, NoState, Server
@@ -139,20 +145,46 @@ def local_objective(model: nn.Module, snapshot: nn.Module | None, x: torch.Tenso
     return loss + params.lf_local_weight * lf_loss(logits, frozen, params.lf_temperature)
 
 
+def discriminator_scores(discriminator: nn.Module, logits: torch.Tensor, temperature: float) -> torch.Tensor:
+    """h(ψ(f_n(x), E)) for ``logits`` N × B × K: the (N·B) × N client-index scores, client by client."""
+    n, b, k = logits.shape
+    return discriminator(F.softmax(logits / temperature, dim=2).reshape(n * b, k))[1]
+
+
 def discriminator_loss(discriminator: nn.Module, logits: torch.Tensor, targets: torch.Tensor,
                        temperature: float) -> torch.Tensor:
     """−𝒰 (eq. 8): the mean over clients and samples of CE(n, h(ψ(f_n(x), E))), for ``logits`` N × B × K and
     ``targets`` the N clients' indices."""
-    n, b, k = logits.shape
-    _, scores = discriminator(F.softmax(logits / temperature, dim=2).reshape(n * b, k))
-    return F.cross_entropy(scores, targets.repeat_interleave(b))
+    return F.cross_entropy(discriminator_scores(discriminator, logits, temperature),
+                           targets.repeat_interleave(logits.shape[1]))
+
+
+@torch.no_grad()
+def client_recognition(discriminator: nn.Module, logits: torch.Tensor, targets: torch.Tensor,
+                       temperature: float) -> float:
+    """The diagnostic of the discriminator at work: the share of the N·B outputs whose client it names (chance:
+    1/N), before its step on them."""
+    scores = discriminator_scores(discriminator, logits, temperature)
+    return float((scores.argmax(1) == targets.repeat_interleave(logits.shape[1])).double().mean())
+
+
+def distillation_gradient(logits: torch.Tensor, target: torch.Tensor, temperature: float) -> torch.Tensor:
+    """∂𝒦(target ‖ ψ(f, E))/∂f of the batch-mean KL (:func:`~bench.engine.distillation.soft_target_kl`) for
+    ``logits`` (… × B × K): (ψ(f, E) − target)/(E·B)."""
+    return (F.softmax(logits / temperature, dim=-1) - target) / (temperature * logits.shape[-2])
+
+
+def adversarial_share(adversarial: torch.Tensor, distillation: torch.Tensor) -> float:
+    """The diagnostic of the adversarial term at work: ‖the weighted ∂U_n/∂f_n‖ / ‖the weighted distillation
+    gradient‖, Frobenius norms over every client's B × K logits (0: the term moves nothing)."""
+    return float(torch.linalg.vector_norm(adversarial.double()) / torch.linalg.vector_norm(distillation.double()))
 
 
 def payoffs(discriminator: nn.Module, logits: torch.Tensor, targets: torch.Tensor,
             temperature: float) -> torch.Tensor:
     """U_n (eq. 7) per client: the batch mean of log softmax(h(ψ(f_n(x), E)))_n, for ``logits`` N × B × K."""
-    n, b, k = logits.shape
-    _, scores = discriminator(F.softmax(logits / temperature, dim=2).reshape(n * b, k))
+    n, b, _ = logits.shape
+    scores = discriminator_scores(discriminator, logits, temperature)
     picked = F.log_softmax(scores, dim=1).gather(1, targets.repeat_interleave(b).unsqueeze(1))
     return picked.view(n, b).mean(1)
 
@@ -170,6 +202,15 @@ def adversarial_gradients(discriminator: nn.Module, logits: torch.Tensor, target
 def adversarial_term(logits: torch.Tensor, gradient: torch.Tensor) -> torch.Tensor:
     """The surrogate Σ f_n ⊙ ∂U_n/∂f_n: its gradient in θ_n is [∇_θ f_n]ᵀ ∂U_n/∂f_n = ∇_θ U_n (eq. 21)."""
     return (logits * gradient).sum()
+
+
+ADVERSARIAL_MECHANISMS = (
+    Mechanism("the discriminator tells the clients apart", "disc_acc", "disc_chance", "above", 0.25, relative=True,
+              why="a discriminator at chance (1/N) sends a gradient that carries nothing about the clients; a quarter "
+                  "above chance is the least we read as telling them apart"),
+    Mechanism("the adversarial gradient moves the clients", "adv_share", 0.0, "above", 0.1,
+              why="the adversarial gradient at a client's logits below a tenth of its distillation gradient's norm "
+                  "leaves the distillation to do the moving"))
 
 
 # -- state and messages -----------------------------------------------------------------------------
@@ -237,6 +278,13 @@ class FedAL(KnowledgeTransfer[FedALClient, DiscriminatorState, LogitsUpload, Tea
     ClientState = FedALClient
     ServerState = DiscriminatorState
 
+    @classmethod
+    def mechanisms(cls, params: FedALParams) -> tuple[Mechanism, ...]:  # type: ignore[override]
+        """Adversarial learning (eqs. 7-8, 15): the discriminator must tell the clients apart better than chance
+        for its gradient to carry anything, and that gradient must move the clients next to the distillation term;
+        none without the term (``adv_weight: 0``, FedMD-LF)."""
+        return ADVERSARIAL_MECHANISMS if params.adv_weight > 0 else ()
+
     def min_clients(self) -> int:
         return 2 if self.params.teacher == "others" else 1
 
@@ -271,9 +319,22 @@ class FedAL(KnowledgeTransfer[FedALClient, DiscriminatorState, LogitsUpload, Tea
         if state.discriminator is None:
             return [TeacherReply(mean, None, len(cids)) for _ in cids], {}
         targets = torch.tensor(cids, device=logits.device)  # a client's class is its id
+        recognised = client_recognition(state.discriminator, logits, targets, p.adv_temperature)
         gradients, values, disc_loss = discriminator_round(state, round_index, logits, targets, p.adv_temperature)
-        return ([TeacherReply(mean, g, len(cids)) for g in gradients],
-                {"disc_loss": disc_loss, "adv_payoff": float(values.mean())})
+        replies = [TeacherReply(mean, g, len(cids)) for g in gradients]
+        return replies, {"disc_loss": disc_loss, "adv_payoff": float(values.mean()), "disc_acc": recognised,
+                         "disc_chance": 1 / len(cids), "adv_share": self.adversarial_share(logits, replies)}
+
+    def adversarial_share(self, logits: torch.Tensor, replies: list[TeacherReply]) -> float:
+        """:func:`adversarial_share` of what the server sends: every client's adversarial gradient against the gradient
+        of its distillation term towards p̄_{−n}, both at its uploaded logits and with their weights."""
+        p = self.params
+        own = logits if p.teacher_average == "logits" else F.softmax(logits / p.kd_temperature, dim=2)
+        kd = torch.stack([p.kd_weight * distillation_gradient(
+            z, teacher_distribution(r.mean, o, r.clients, p.teacher, p.teacher_average, p.kd_temperature),
+            p.kd_temperature) for z, o, r in zip(logits, own, replies)])
+        adversarial = torch.stack([p.adv_weight * r.adversarial for r in replies if r.adversarial is not None])
+        return adversarial_share(adversarial, kd)
 
     def transfer_loss(self, step: Step, client: Client[FedALClient], x: torch.Tensor, outputs: PublicOutputs,
                       reply: TeacherReply) -> torch.Tensor:

@@ -22,6 +22,10 @@ Both optimisers are fresh every round, as in the code: G Adam (lr 0.01·0.998^(t
 the local weight decay (lr 0.01·0.998^(t−1): DaFKD's "0.01 for distillation"; the official 0.1 is
 ``student_lr: 0.1``). λ_cls = λ_dis = 1. ``cls_weighting: batch`` is the official code's
 mean_i CE(t_i, y_i) · mean_i α_{k,y_i} (its ``CrossEntropyLoss(reduction='mean')`` times the weight vector).
+
+Mechanism diagnostic (FedGen's :data:`~bench.algorithms.fedgen.GENERATED_LABELS`): ``gen_fidelity``, the share of each
+iteration's x̃ whose label y the student's target T names (argmax), averaged over the iterations, against chance
+``gen_chance`` = 1/n.
 """
 from __future__ import annotations
 
@@ -37,8 +41,9 @@ from torch.func import functional_call
 
 from bench.algorithms import register_algorithm
 from bench.algorithms.base import AveragingParams, ParameterAveraging
-from bench.algorithms.fedgen import diversity_loss
+from bench.algorithms.fedgen import GENERATED_LABELS, diversity_loss, named_share
 from bench.engine.loop import Loop, Step
+from bench.engine.mechanisms import Mechanism
 from bench.engine.messages import Update
 from bench.engine.protocol import Metrics
 from bench.engine.state import Client, NoState, Server
@@ -109,6 +114,10 @@ class FedFTG(ParameterAveraging[NoState, GeneratorServer, None, torch.Tensor]):
     params: FedFTGParams
     ServerState = GeneratorServer
 
+    @classmethod
+    def mechanisms(cls, params: FedFTGParams) -> tuple[Mechanism, ...]:  # type: ignore[override]
+        return (GENERATED_LABELS,)
+
     def _build_generator(self) -> nn.Module:
         return build_model("cond_image_generator", self.ctx.in_shape, self.ctx.num_classes, seed=self.ctx.seed,
                            key=("init", "generator"), noise_dim=self.params.noise_dim).to(self.ctx.device)
@@ -129,11 +138,11 @@ class FedFTG(ParameterAveraging[NoState, GeneratorServer, None, torch.Tensor]):
 
     def aggregate(self, round_index: int, server: Server[GeneratorServer], updates: list[Update[torch.Tensor]]) -> Metrics:
         super().aggregate(round_index, server, updates)
-        self.fine_tune(round_index, server, updates)
-        return {}
+        return {"gen_fidelity": self.fine_tune(round_index, server, updates), "gen_chance": 1 / self.ctx.num_classes}
 
-    def fine_tune(self, round_index: int, server: Server[GeneratorServer], updates: list[Update[torch.Tensor]]) -> None:
-        """The server's data-free fine-tuning of the averaged model (module docstring)."""
+    def fine_tune(self, round_index: int, server: Server[GeneratorServer], updates: list[Update[torch.Tensor]]) -> float:
+        """The server's data-free fine-tuning of the averaged model (module docstring); the mean share of x̃ whose
+        label the target names."""
         p, ctx = self.params, self.ctx
         student, generator = server.model, server.state.generator
         assert student is not None and generator is not None
@@ -155,6 +164,8 @@ class FedFTG(ParameterAveraging[NoState, GeneratorServer, None, torch.Tensor]):
         def teacher_logits(k: int, x: torch.Tensor) -> torch.Tensor:
             return functional_call(teacher, updates[k].state, (x,))[1]
 
+        named: list[float] = []  # per iteration, the share of x̃ whose label y the target names
+
         for e in range(p.iterations):
             y = labels[e * size:(e + 1) * size]
             z = torch.randn(size, p.noise_dim, generator=rng).to(ctx.device)
@@ -174,4 +185,6 @@ class FedFTG(ParameterAveraging[NoState, GeneratorServer, None, torch.Tensor]):
                 fake = generator(z, y)
                 target = sum(alpha[k, y].unsqueeze(1) * torch.softmax(teacher_logits(k, fake), dim=1)
                              for k in range(len(updates)))
+                named.append(named_share(target, y))
             s_loop.run(range(p.student_steps), lambda step, _: soft_cross_entropy(student(fake)[1], target))
+        return sum(named) / len(named)

@@ -32,6 +32,9 @@ Readings (FedGen's code where the spec is silent, as pipelines/dafkd/NOTES.md §
 DaFKD's experiments run this FedGen with its own values (pipelines/dafkd/NOTES.md §2.4, set in its suite): noise 32,
 hidden 256, 10 × 5 generator steps of batch 32, β = 10 (1 on EMNIST), generator lr 1e-4 on EMNIST; its
 claim that FedGen used the paper's two-embedding generator is ``generator: embed``.
+
+Mechanism diagnostic (:data:`GENERATED_LABELS`): ``gen_fidelity``, the share of the round's last generator batch whose
+label the clients' weighted heads name, against chance ``gen_chance`` = 1/n.
 """
 from __future__ import annotations
 
@@ -49,6 +52,7 @@ from bench.algorithms.base import AveragingParams, ParameterAveraging
 from bench.engine.distillation import soft_target_kl
 from bench.engine.evaluation import eval_mode
 from bench.engine.loop import Loop, Step
+from bench.engine.mechanisms import Mechanism
 from bench.engine.messages import Update
 from bench.engine.protocol import Metrics
 from bench.engine.state import Client, NoState, Server
@@ -106,6 +110,28 @@ def teacher_loss(head: nn.Module, head_states: list[dict[str, torch.Tensor]], la
                 * weights[y, u]).mean() for u, state in enumerate(head_states))
 
 
+@torch.no_grad()
+def teacher_fidelity(head: nn.Module, head_states: list[dict[str, torch.Tensor]], latents: torch.Tensor,
+                     y: torch.Tensor, weights: torch.Tensor) -> float:
+    """The diagnostic of the generator at work: the share of generated latents whose label y the teacher names,
+    the teacher being Σ_u w_{y,u} softmax(G_ω^u(h)) (chance: 1/n)."""
+    teacher = sum(weights[y, u].unsqueeze(1) * F.softmax(functional_call(head, state, (latents,)), dim=1)
+                  for u, state in enumerate(head_states))
+    assert isinstance(teacher, torch.Tensor)
+    return named_share(teacher, y)
+
+
+def named_share(teacher: torch.Tensor, y: torch.Tensor) -> float:
+    """The share of samples whose label ``y`` the teacher's (samples × classes) argmax names (chance: 1/n)."""
+    return float((teacher.argmax(1) == y).double().mean())
+
+
+GENERATED_LABELS = Mechanism(
+    "the generator produces the labels it is asked for", "gen_fidelity", "gen_chance", "above", 1.0, relative=True,
+    why="a generator whose samples the teacher labels at chance carries no class knowledge to distil; twice chance is "
+        "the least we read as one that does")
+
+
 @dataclass
 class GeneratorState(NoState):
     """The server's generator G_w and its Adam optimiser (state kept across rounds)."""
@@ -132,6 +158,10 @@ class FedGen(ParameterAveraging[FedGenClient, GeneratorState, nn.Module, torch.T
     params: FedGenParams
     ClientState = FedGenClient
     ServerState = GeneratorState
+
+    @classmethod
+    def mechanisms(cls, params: FedGenParams) -> tuple[Mechanism, ...]:  # type: ignore[override]
+        return (GENERATED_LABELS,)
 
     def _build_generator(self, feature_dim: int) -> nn.Module:
         p = self.params
@@ -199,11 +229,13 @@ class FedGen(ParameterAveraging[FedGenClient, GeneratorState, nn.Module, torch.T
     # -- server ---------------------------------------------------------------------------------
 
     def aggregate(self, round_index: int, server: Server[GeneratorState], updates: list[Update[torch.Tensor]]) -> Metrics:
-        self.train_generator(round_index, server, updates)
-        return super().aggregate(round_index, server, updates)
+        fidelity = self.train_generator(round_index, server, updates)
+        return {**super().aggregate(round_index, server, updates), "gen_fidelity": fidelity,
+                "gen_chance": 1 / self.ctx.num_classes}
 
-    def train_generator(self, round_index: int, server: Server[GeneratorState], updates: list[Update[torch.Tensor]]) -> None:
-        """``generator_epochs`` × ``teacher_iters`` Adam steps on the teacher and diversity losses."""
+    def train_generator(self, round_index: int, server: Server[GeneratorState], updates: list[Update[torch.Tensor]]) -> float:
+        """``generator_epochs`` × ``teacher_iters`` Adam steps on the teacher and diversity losses; the teacher's
+        fidelity on the last step's latents (:func:`teacher_fidelity`)."""
         p = self.params
         generator, optimizer = server.state.generator, server.state.optimizer
         assert server.model is not None and generator is not None and optimizer is not None
@@ -217,13 +249,17 @@ class FedGen(ParameterAveraging[FedGenClient, GeneratorState, nn.Module, torch.T
         rng = self.ctx.stream("fedgen-server", round_index)
         noise = NoiseStream(rng, generator.noise_dim, self.ctx.device)
 
+        last: list[tuple[torch.Tensor, torch.Tensor]] = []  # the latest step's latents and labels
+
         def step_fn(step: Step, _: int) -> torch.Tensor:
             y = qualified[torch.randint(len(qualified), (p.server_batch_size,), generator=rng).to(qualified.device)]
             eps = noise.batch(len(y))
             latents = generator(eps, y)
+            last[:] = [(latents.detach(), y)]
             return (p.teacher_weight * teacher_loss(head, head_states, latents, y, weights)
                     + p.diversity_weight * diversity_loss(eps, latents))
 
         with eval_mode(head):
             Loop(optimizer, list(generator.parameters()), round_index, "generator",
                  backward_inputs=True).run(range(p.generator_epochs * p.teacher_iters), step_fn)
+            return teacher_fidelity(head, head_states, *last[0], weights)

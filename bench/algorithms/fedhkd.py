@@ -10,7 +10,9 @@ knowledge class-wise with weights N_i^j/N^j (Eq. 9, §3.4). The local objective 
     CE + λ·(1/n)Σ_{j∈J} ‖softmax(G_ω(𝓗^j)/T) − 𝓠^j‖₂ + γ·(1/B)Σ_k ‖R_φ(x_k) − 𝓗^{y_k}‖₂,
 
 J the classes with global knowledge; round 1 has none, so it is plain CE (§3.6). FedHKD* is this
-algorithm with ``gamma: 0`` (§4). Defaults λ = γ = 0.05, T = 0.5, σ = 7, ζ = 3, ν = 0.25 (§5.5).
+algorithm with ``gamma: 0`` (§4). Defaults λ = γ = 0.05, T = 0.5, σ = 7, ζ = 3, ν = 0.25 (§5.5). The mechanism's
+diagnostic, ``knowledge_share``, is the mean over a client's local steps of the share of this objective its two
+knowledge terms make (:data:`KNOWLEDGE_MOVES_LOSS`).
 
 Readings of the ambiguities (§3.8), each a parameter: A1 ``nu_mode: none`` (every held class is
 shared, the [R] reading and the code's; ``fraction`` shares class j iff N_i^j/N_i ≥ ν); A9 the feature
@@ -48,7 +50,8 @@ from bench.algorithms.readings import ModeParams, reading
 from bench.engine.knowledge import (ClassStatistics, aggregate_class_statistics, class_statistics,
                                     feature_alignment, last_writer_class_statistics)
 from bench.engine.loop import Step
-from bench.engine.messages import Update
+from bench.engine.mechanisms import Mechanism
+from bench.engine.messages import ModelBroadcast, Update
 from bench.engine.protocol import Metrics
 from bench.engine.state import Client, NoState, Server
 from bench.rng import numpy_stream, torch_stream
@@ -150,6 +153,17 @@ class Knowledge(NoState):
     knowledge: ClassStatistics | None = None
 
 
+def knowledge_share(loss: torch.Tensor, terms: list[torch.Tensor]) -> float:
+    """The diagnostic of the hyper-knowledge at work: the share of one batch's objective its knowledge terms make
+    (0 without them)."""
+    return sum(float(t.detach()) for t in terms) / float(loss.detach())
+
+
+KNOWLEDGE_MOVES_LOSS = Mechanism(
+    "the hyper-knowledge moves the local loss", "knowledge_share", 0.0, "above", 0.05,
+    why="terms that make under 5 % of the local objective leave local training what plain cross-entropy makes it")
+
+
 @register_algorithm("fedhkd")
 class FedHKD(ParameterAveraging[Knowledge, Knowledge, ClassStatistics | None, ClassStatistics]):
     """The broadcast carries the global hyper-knowledge (𝓗, 𝓠, N) besides the model, the update the client's
@@ -160,6 +174,11 @@ class FedHKD(ParameterAveraging[Knowledge, Knowledge, ClassStatistics | None, Cl
     ClientState = ServerState = Knowledge
     resident_models = 1  # Table 1: FedHKD holds one model
 
+    @classmethod
+    def mechanisms(cls, params: FedHKDParams) -> tuple[Mechanism, ...]:  # type: ignore[override]
+        """Hyper-knowledge distillation (Eq. 11): its terms must weigh in the local objective; none with λ = γ = 0."""
+        return (KNOWLEDGE_MOVES_LOSS,) if params.lam or params.gamma else ()
+
     def broadcast_payload(self, round_index: int, server: Server[Knowledge], cid: int) -> ClassStatistics | None:
         return server.state.knowledge
 
@@ -167,23 +186,43 @@ class FedHKD(ParameterAveraging[Knowledge, Knowledge, ClassStatistics | None, Cl
         client.state.knowledge = payload
 
     def local_loss(self, step: Step, client: Client[Knowledge], x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return self.objective(step, client, x, y)[0]
+
+    def objective(self, step: Step, client: Client[Knowledge], x: torch.Tensor,
+                  y: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """Eq. 11 on one batch (summed in the equation's order), and its hyper-knowledge terms (none in round 1)."""
         features, logits = client.model(x)
         loss = F.cross_entropy(logits, y)
         knowledge = client.state.knowledge
         if step.round == 1 or knowledge is None or not knowledge.present.any():  # round 1: plain CE
-            return loss
-        p = self.params
+            return loss, []
+        p, terms = self.params, []
         if p.lam:
-            loss = loss + p.lam * classifier_distillation(client.model.classifier, knowledge, p.temperature,
-                                                          p.kd_dist, p.kd_norm, p.softmax)
+            terms.append(p.lam * classifier_distillation(client.model.classifier, knowledge, p.temperature,
+                                                         p.kd_dist, p.kd_norm, p.softmax))
+            loss = loss + terms[-1]
         if p.gamma:
-            loss = loss + p.gamma * feature_alignment(features, y, knowledge, p.feat_dist, p.feat_norm)
-        return loss
+            terms.append(p.gamma * feature_alignment(features, y, knowledge, p.feat_dist, p.feat_norm))
+            loss = loss + terms[-1]
+        return loss, terms
 
-    def local_update(self, round_index: int, client: Client[Knowledge]) -> tuple[Update[ClassStatistics], float]:
-        loss = self.ctx.local_train(client, round_index, self.local_loss)
-        return Update(client.cid, client.data.num_samples, client.model.state_dict(),
-                      self.local_knowledge(client, round_index)), loss
+    def client_update(self, round_index: int, client: Client[Knowledge],
+                      message: ModelBroadcast[ClassStatistics | None]) -> tuple[Update[ClassStatistics], Metrics]:
+        """Take the broadcast in, train on Eq. 11, answer with the model and the local hyper-knowledge; with the
+        mean training loss, the mechanism's diagnostic ``knowledge_share``: the mean over the local steps of the
+        share of the local objective the hyper-knowledge terms make (:data:`KNOWLEDGE_MOVES_LOSS`)."""
+        self.receive_broadcast(client, message)
+        shares: list[float] = []
+
+        def loss_fn(step: Step, c: Client[Knowledge], x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+            loss, terms = self.objective(step, c, x, y)
+            shares.append(knowledge_share(loss, terms))
+            return loss
+
+        loss = self.ctx.local_train(client, round_index, loss_fn)
+        update = Update(client.cid, client.data.num_samples, client.model.state_dict(),
+                        self.local_knowledge(client, round_index))
+        return update, {"train_loss": loss, "knowledge_share": sum(shares) / max(len(shares), 1)}
 
     def local_knowledge(self, client: Client[Knowledge], round_index: int) -> ClassStatistics:
         """The client's hyper-knowledge (h̃_i^j, q̄_i^j, N_i^j) of the classes it shares (§3.1–§3.3);

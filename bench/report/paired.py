@@ -1,93 +1,43 @@
-"""Paired statistics of one method against another over (setting, seed) pairs, and how small a
-difference a suite's pinned seeds let such a test detect.
+"""Paired comparisons of one method against others over (setting, seed) pairs, and how small a difference a suite's
+seeds let the test detect, judged by the rule of bench/suites/verdicts.py (the paired t-test, its interval, Holm).
 
-Each pair is the same setting (partition) and seed (initialisation, participation, batch order) for
-both methods, so the difference ``d = new - baseline`` removes what the two runs share. Per baseline:
-the mean of ``d`` with a percentile bootstrap interval (``scipy.stats.bootstrap``, seeded), the
-two-sided Wilcoxon signed-rank test (``scipy.stats.wilcoxon``; zero differences dropped, exact
-distribution when no |d| are tied, the normal approximation otherwise), wins/ties/losses, and Holm's
-step-down correction of the p-values across baselines (scipy has no Holm; it is four lines).
+Each pair is the same setting (partition) and seed (initialisation, participation, batch order) for both methods,
+so the difference ``d = new − baseline`` removes what the two runs share. Per baseline: the mean of ``d`` with its
+95 % t interval and the paired t-test's p-value, wins/ties/losses, Holm's correction across the baselines, and the
+smallest difference the test could have detected with power 0.8 given the spread of these ``d``. Every difference
+zero is an exact tie: not measured.
 
-With ``k`` non-zero differences the exact test's smallest two-sided p-value is ``2 / 2**k``: below
-six pairs (``2/32 = 0.0625``) no difference, however large, is significant at 0.05, and the
-comparison says so instead of printing a p-value that cannot mean anything.
+**Pair noise** (:func:`pair_noise`) is the sample standard deviation over seeds of the difference between two
+methods on the same setting, pooled over method pairs and settings: what the report's detectable differences and
+``bench sensitivity`` are computed from.
 """
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-import numpy as np
-from scipy import stats
-
-ALPHA = 0.05
-CONFIDENCE = 0.95
-RESAMPLES = 9999
-POWER = 0.8
-
-
-def smallest_p(nonzero: int) -> float:
-    """The smallest two-sided p-value the exact Wilcoxon test can give with ``nonzero`` pairs."""
-    return min(1.0, 2.0 / 2 ** nonzero)
-
-
-def too_few_pairs(nonzero: int, alpha: float = ALPHA) -> str | None:
-    """Why the test cannot mean anything with this many non-zero pairs, or None when it can."""
-    if smallest_p(nonzero) < alpha:
-        return None
-    return (f"{nonzero} non-zero pair{'s' if nonzero != 1 else ''}: the smallest p-value the test can give is "
-            f"{smallest_p(nonzero):.3g} ≥ {alpha}, so no difference can be significant; add seeds or settings")
-
-
-def wilcoxon(differences: Sequence[float]) -> tuple[float | None, float | None]:
-    """The two-sided Wilcoxon signed-rank statistic (the smaller of the signed rank sums) and its
-    p-value; (None, None) when every difference is zero."""
-    d = np.asarray(differences, dtype=float)
-    if not np.any(d != 0):
-        return None, None
-    result = stats.wilcoxon(d, zero_method="wilcox", alternative="two-sided")
-    return float(result.statistic), float(result.pvalue)
-
-
-def bootstrap_interval(values: Sequence[float], seed: int = 0) -> tuple[float, float] | None:
-    """A percentile bootstrap interval of the mean (``CONFIDENCE``); None for fewer than 2 values."""
-    v = np.asarray(values, dtype=float)
-    if len(v) < 2:
-        return None
-    if np.ptp(v) == 0:
-        return float(v[0]), float(v[0])
-    result = stats.bootstrap((v,), np.mean, confidence_level=CONFIDENCE, n_resamples=RESAMPLES,
-                             method="percentile", rng=np.random.default_rng(seed))
-    return float(result.confidence_interval.low), float(result.confidence_interval.high)
-
-
-def holm(p_values: Sequence[float | None]) -> list[float | None]:
-    """Holm's step-down adjusted p-values (None stays None and does not count as a test)."""
-    tested = sorted((p, i) for i, p in enumerate(p_values) if p is not None)
-    out: list[float | None] = [None] * len(p_values)
-    running = 0.0
-    for rank, (p, index) in enumerate(tested):
-        running = max(running, min(1.0, (len(tested) - rank) * p))
-        out[index] = running
-    return out
+from bench.suites.verdicts import ALPHA, Test, detectable_difference, holm, mean, paired_test, sample_std
 
 
 @dataclass(frozen=True)
 class Paired:
-    """One baseline against the new method over the same (setting, seed) pairs."""
+    """One baseline against the new method over the same (setting, seed) pairs: the test of ``new − baseline``
+    (None: every difference zero) and its Holm-adjusted p-value across the baselines."""
 
     baseline: str
     pairs: tuple[tuple[str, int], ...]
-    differences: tuple[float, ...]  # new - baseline, per pair
-    interval: tuple[float, float] | None
-    statistic: float | None
-    p_value: float | None
+    differences: tuple[float, ...]  # new − baseline, per pair
+    test: Test | None
     p_holm: float | None = None
 
     @property
     def mean(self) -> float:
-        return math.fsum(self.differences) / len(self.differences)
+        return mean(self.differences)
+
+    @property
+    def interval(self) -> tuple[float, float] | None:
+        return None if self.test is None else self.test.interval
 
     @property
     def wins(self) -> int:
@@ -102,9 +52,19 @@ class Paired:
         return sum(d < 0 for d in self.differences)
 
     @property
-    def note(self) -> str | None:
-        """Why the test means nothing here (too few non-zero pairs), or None."""
-        return too_few_pairs(len(self.differences) - self.ties)
+    def detectable(self) -> float | None:
+        """The smallest mean difference the paired t-test detects with power 0.8 over these pairs, given their
+        spread (None: fewer than two pairs)."""
+        if len(self.differences) < 2:
+            return None
+        return detectable_difference(sample_std(self.differences), len(self.differences))
+
+    @property
+    def verdict(self) -> str:
+        """better, worse or inconclusive at α after Holm; not measured for an exact tie."""
+        if self.test is None:
+            return "not measured"
+        return {"holds": "better", "fails": "worse", "undecided": "inconclusive"}[self.test.outcome(self.p_holm)]
 
     def by_setting(self) -> dict[str, list[float]]:
         out: dict[str, list[float]] = {}
@@ -116,41 +76,76 @@ class Paired:
 def compare(baseline: str, pairs: Sequence[tuple[str, int]], new: Sequence[float], base: Sequence[float]) -> Paired:
     """The paired comparison of ``new`` with ``base`` (values in ``pairs`` order)."""
     d = tuple(float(a) - float(b) for a, b in zip(new, base, strict=True))
-    statistic, p = wilcoxon(d)
-    return Paired(baseline, tuple(pairs), d, bootstrap_interval(d), statistic, p)
+    return Paired(baseline, tuple(pairs), d, None if all(x == 0 for x in d) else paired_test(d))
 
 
 def compare_all(pairs: Sequence[tuple[str, int]], new: Sequence[float],
                 baselines: dict[str, Sequence[float]]) -> list[Paired]:
     """The new method against each baseline, with Holm's correction across the baselines' tests."""
     found = [compare(name, pairs, new, values) for name, values in baselines.items()]
-    adjusted = holm([c.p_value for c in found])
-    return [Paired(c.baseline, c.pairs, c.differences, c.interval, c.statistic, c.p_value, p)
-            for c, p in zip(found, adjusted)]
+    adjusted = holm([None if c.test is None else c.test.p for c in found])
+    return [Paired(c.baseline, c.pairs, c.differences, c.test, p) for c, p in zip(found, adjusted)]
 
 
-def wilcoxon_power(shift: float, noise: float, pairs: int, draws: int = 4000, seed: int = 0) -> float:
-    """The probability that the two-sided Wilcoxon test rejects at ``ALPHA`` when the ``pairs``
-    differences are ``shift + noise · N(0, 1)`` (seeded Monte Carlo)."""
-    if pairs < 1 or smallest_p(pairs) >= ALPHA:
-        return 0.0
-    d = shift + noise * np.random.default_rng(seed).standard_normal((draws, pairs))
-    p = stats.wilcoxon(d, alternative="two-sided", axis=1).pvalue
-    return float(np.mean(p < ALPHA))
+def pooled_std(groups: Sequence[Sequence[float]]) -> float:
+    """The pooled sample standard deviation of groups (those of one value carry no spread); NaN without any."""
+    kept = [g for g in groups if len(g) > 1]
+    dof = sum(len(g) - 1 for g in kept)
+    if not dof:
+        return math.nan
+    return math.sqrt(math.fsum(sample_std(g) ** 2 * (len(g) - 1) for g in kept) / dof)
 
 
-def detectable_difference(noise: float, pairs: int, step: float = 0.0005, limit: float = 0.5) -> float | None:
-    """The smallest shift (a multiple of ``step``) the paired Wilcoxon test detects with power
-    ``POWER`` over ``pairs`` pairs whose differences scatter with standard deviation ``noise``; None
-    when the test cannot reject at all with so few pairs, or not below ``limit``."""
-    if smallest_p(pairs) >= ALPHA:
-        return None
-    if noise == 0:
-        return step
-    low, high = 0, int(round(limit / step))  # binary search on the grid: power grows with the shift
-    if wilcoxon_power(high * step, noise, pairs) < POWER:
-        return None
-    while high - low > 1:
-        middle = (low + high) // 2
-        low, high = (middle, high) if wilcoxon_power(middle * step, noise, pairs) < POWER else (low, middle)
-    return high * step
+def pair_noise(cells: Mapping[str, Mapping[str, Mapping[int, float]]]) -> float:
+    """The pair noise of ``{method: {setting: {seed: value}}}``: per setting and pair of methods, the differences on
+    the seeds both have; their pooled sample standard deviation."""
+    methods = list(cells)
+    groups = []
+    for i, a in enumerate(methods):
+        for b in methods[i + 1:]:
+            for setting in cells[a]:
+                if setting in cells[b]:
+                    seeds = [s for s in cells[a][setting] if s in cells[b][setting]]
+                    groups.append([cells[a][setting][s] - cells[b][setting][s] for s in seeds])
+    return pooled_std(groups)
+
+
+Pair = tuple[str, int]  # (setting, seed)
+
+
+@dataclass(frozen=True)
+class Sensitivity:
+    """One statistic over some methods' per-seed values: the spread across seeds against the spread across methods,
+    and the smallest difference the paired test detects over their (setting, seed) pairs."""
+
+    statistic: str
+    methods: int
+    pairs: int
+    seed_spread: float  # pooled within-cell sample std over seeds
+    method_spread: float  # per setting, the std over methods of their means; averaged over settings
+    pair_noise: float  # pooled sample std over seeds of the difference of two methods, per setting
+    detectable: float | None  # power POWER at ALPHA, the paired t-test, over `pairs` pairs with `pair_noise`
+    separated: int  # method pairs the paired t-test separates at ALPHA (uncorrected) over the pairs
+    method_pairs: int
+
+
+def sensitivity(statistic: str, values: Mapping[str, Mapping[Pair, float]]) -> Sensitivity:
+    """The sensitivity of ``statistic`` over ``{method: {(setting, seed): value}}``, at least two methods, each on the
+    same pairs (what `bench sensitivity` prints for a pinned suite and each paper report per table)."""
+    methods = list(values)
+    pairs = sorted(values[methods[0]])
+    if len(methods) < 2 or any(sorted(values[m]) != pairs for m in methods):
+        raise ValueError(f"{statistic}: sensitivity needs two or more methods on the same (setting, seed) pairs")
+    settings = list(dict.fromkeys(s for s, _ in pairs))
+    cells = {m: {s: {seed: values[m][s, seed] for s_, seed in pairs if s_ == s} for s in settings} for m in methods}
+    noise = pair_noise(cells)
+    separated = 0
+    for i, a in enumerate(methods):
+        for b in methods[i + 1:]:
+            d = [values[a][x] - values[b][x] for x in pairs]
+            separated += any(d) and (p := paired_test(d).p) is not None and p < ALPHA
+    spread = [sample_std([mean(list(cells[m][s].values())) for m in methods]) for s in settings]
+    return Sensitivity(statistic, len(methods), len(pairs),
+                       pooled_std([list(cells[m][s].values()) for m in methods for s in settings]),
+                       mean(spread), noise, detectable_difference(noise, len(pairs)), separated,
+                       len(methods) * (len(methods) - 1) // 2)

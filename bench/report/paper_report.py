@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from bench.report.paired import sensitivity
 from bench.report.paper_figures import DrawnFigure
 from bench.report.pinned import PinnedFile
 from bench.report.runs import RunKey, RunRecord, statistic_value
@@ -15,7 +16,9 @@ from bench.suites import Suite
 from bench.config import ExperimentConfig
 from bench.suites.paper import TIME_RATIO, BandCell, Figure, Measure, Paper, PaperDefinition, ReportColumn, Results, \
     Section, band_cells
+from bench.suites.mechanisms import mechanism_cells, statuses
 from bench.suites.statistics import Statistic, aggregate
+from bench.suites.verdicts import ALPHA, POWER
 
 Cells = dict[tuple[str, str, str], tuple[float, float | None]]  # (method, column, measure) -> (mean, spread)
 
@@ -27,30 +30,66 @@ def table_rows(suite: Suite, column: ReportColumn) -> list[str]:
     return [m for m in suite.params.methods if d.shown(column.table, m) and suite.runs_on(m, column.setting)]
 
 
-def our_cells(suite: Suite, runs: dict[RunKey, RunRecord], columns: list[ReportColumn]) -> Cells:
-    """Per (method, column, measure): the statistic over seeds, as the measure's mean and spread; a
-    cell some seed lacks (or that diverged) is left out."""
+SeedValues = dict[tuple[str, str, str], dict[tuple[str, int], float]]  # (method, column, measure) -> (setting, seed)
+REFERENCE = "fedavg"  # per-round times are reported as ratios to this algorithm
+
+
+def reference_method(suite: Suite) -> str | None:
+    """The first method running the reference algorithm (a method's algorithm name defaults to its key)."""
+    return next((m for m, entry in suite.params.methods.items() if (entry.name or m) == REFERENCE), None)
+
+
+def seed_values(suite: Suite, runs: dict[RunKey, RunRecord],
+                columns: list[ReportColumn]) -> tuple[SeedValues, SeedValues]:
+    """Per (method, column, measure): the statistic of each seed's run, and for a run that never reached a
+    rounds-to-target statistic's target (inf) the least its value can be (its rounds + 1); a cell some seed lacks
+    (or that diverged) is left out. The per-seed time per round as a ratio to the reference method's on the same
+    setting and seed is the measure :data:`TIME_RATIO`."""
     paper = suite.paper
     assert paper is not None
-    out: Cells = {}
+    seeds = suite.params.suite.seeds
+    values: SeedValues = {}
+    bounds: SeedValues = {}
     for column in columns:
-        for name, measure in paper.definition.tables[column.table].measures.items():
+        for name in paper.definition.tables[column.table].measures:
             statistic = column.statistics[name]
             for method in table_rows(suite, column):
-                keys = [(method, column.setting, seed) for seed in suite.params.suite.seeds]
-                values = [v for key in keys if key in runs
-                          and (v := statistic_value(suite, runs, key, statistic)) is not None]
-                if len(values) == len(suite.params.suite.seeds):
-                    out[method, column.key, name] = aggregate(values, measure.spread)
-    return out
+                found = {(column.setting, seed): v for seed in seeds if (key := (method, column.setting, seed)) in runs
+                         and (v := statistic_value(suite, runs, key, statistic)) is not None}
+                if len(found) == len(seeds):
+                    values[method, column.key, name] = found
+                    bounds[method, column.key, name] = {
+                        pair: runs[method, pair[0], pair[1]].metrics["rounds"] + 1.0
+                        for pair, v in found.items() if math.isinf(v)}
+    if (ref := reference_method(suite)) is not None:
+        for column in columns:
+            for method in suite.params.methods:
+                keys = [((method, column.setting, seed), (ref, column.setting, seed)) for seed in seeds]
+                if all(k in runs and r in runs for k, r in keys):
+                    values[method, column.key, TIME_RATIO] = {
+                        (column.setting, k[2]): runs[k].seconds_per_round / runs[r].seconds_per_round for k, r in keys}
+    return values, bounds
 
 
-def our_results(suite: Suite, columns: list[ReportColumn], cells: Cells,
-                summary: dict[str, dict[str, dict]]) -> Results:
-    """Our means per cell, and per column the time per round as a ratio to FedAvg (the summary's)."""
+def our_cells(suite: Suite, values: SeedValues) -> Cells:
+    """Per (method, column, measure): the statistic over seeds, as the measure's mean and spread."""
+    paper = suite.paper
+    assert paper is not None
+    columns = {c.key: c for c in paper.definition.columns_for(list(suite.params.settings))}
+    return {(method, key, name): aggregate(list(by_seed.values()),
+                                           paper.definition.tables[columns[key].table].measures[name].spread)
+            for (method, key, name), by_seed in values.items() if name != TIME_RATIO}
+
+
+def our_results(suite: Suite, columns: list[ReportColumn], cells: Cells, values: SeedValues, bounds: SeedValues,
+                summary: dict[str, dict[str, dict]], runs: dict[RunKey, RunRecord]) -> Results:
+    """Our means per cell with each seed's value (what the claims' tests read), per column the time per round as a
+    ratio to FedAvg (the summary's, its per-seed ratios beside it), and whether each declared mechanism was active
+    (bench/suites/mechanisms.py)."""
     assert suite.paper is not None
     results = Results(suite.paper.definition, list(suite.params.methods), columns,
-                      {key: mean for key, (mean, _) in cells.items()})
+                      {key: mean for key, (mean, _) in cells.items()}, values, bounds,
+                      statuses(mechanism_cells(suite, runs)))
     for method, by_setting in summary.items():
         for column in columns:
             if (ratio := by_setting[column.setting].get("time_vs_fedavg")) is not None:
@@ -91,8 +130,9 @@ def paper_results(suite: Suite, runs: dict[RunKey, RunRecord],
     """The report columns of the suite's settings, our cells (mean and spread) and our results."""
     assert suite.paper is not None, "a paper report needs a suite with a paper"
     columns = suite.paper.definition.columns_for(list(suite.params.settings))
-    cells = our_cells(suite, runs, columns)
-    return columns, cells, our_results(suite, columns, cells, summary)
+    values, bounds = seed_values(suite, runs, columns)
+    cells = our_cells(suite, values)
+    return columns, cells, our_results(suite, columns, cells, values, bounds, summary, runs)
 
 
 def paper_markdown(suite: Suite, runs: dict[RunKey, RunRecord], summary: dict[str, dict[str, dict]],
@@ -183,16 +223,98 @@ def paper_markdown(suite: Suite, runs: dict[RunKey, RunRecord], summary: dict[st
     if band is not None:
         parts += [acceptance_section(d, ours, list(bands.values()))]
     parts += [ranking_section(paper, ours, printed)]
-    verdict = {True: "**holds**", False: "**fails**", None: "not measured"}
-    parts += ["## The paper's claims",
-              "Each claim checked on our results and on the paper's own tables.",
-              markdown_table(["claim", "paper", "ours"],
-                     [[o.text, f"{verdict[p.holds]} ({p.evidence})", f"{verdict[o.holds]} ({o.evidence})"]
-                      for o, p in zip(paper.claims(ours), paper.claims(printed))])]
+    parts += [detection_section(d, ours), mechanism_section(suite, runs), claims_section(paper, ours, printed)]
     return "\n\n".join(parts) + "\n"
 
 
 MARKS = {"tight": "✓", "within": "~", "outside": "✗"}
+
+
+def detection_section(d: PaperDefinition, ours: Results) -> str:
+    """What this profile can detect, per table and statistic: the paired sensitivity of the table's rows over the
+    (setting, seed) pairs of its columns (bench.report.paired.sensitivity, what `bench sensitivity` prints), in the
+    measure's units. Rows with a value that is not finite (a target never reached) are left out of the noise."""
+    rows = []
+    for name, table in d.tables.items():
+        for measure_name, measure in table.measures.items():
+            by_statistic: dict[str, dict[str, dict[tuple[str, int], float]]] = {}
+            for column in ours.table(name):
+                statistic = column.statistics[measure_name].name
+                for method in d.rows(name):
+                    if (values := ours.seeds.get((method, column.key, measure_name))) is not None:
+                        by_statistic.setdefault(statistic, {}).setdefault(method, {}).update(values)
+            for statistic, values in by_statistic.items():
+                widest = max(len(v) for v in values.values())
+                kept = {m: v for m, v in values.items() if len(v) == widest and all(map(math.isfinite, v.values()))}
+                pairs = sorted(next(iter(values.values())))
+                label = [table.title, measure.label, f"`{statistic}`", str(len({s for _, s in pairs}))]
+                if len(kept) < 2:
+                    rows.append(label + [str(len(kept)), str(widest), "—", "—"])
+                    continue
+                found = sensitivity(statistic, kept)
+                rows.append(label + [str(found.methods), str(found.pairs),
+                                     _fmt(measure.scale * found.pair_noise, measure.digits),
+                                     _fmt(None if found.detectable is None else measure.scale * found.detectable,
+                                          measure.digits)])
+    return "\n\n".join([
+        "## What this profile can detect",
+        "Per table and statistic, over the table's rows that have every (setting, seed) pair of its columns, in the "
+        "measure's units: **pair noise**, the sample std over seeds of the difference between two methods on the "
+        "same setting and seed, pooled over method pairs and settings; **detectable**, the smallest mean difference "
+        f"the paired t-test of the verdicts finds with power {POWER:g} at α = {ALPHA:g} over these pairs with that "
+        "noise (docs/verdicts.md; as `bench sensitivity` computes it). A claimed difference below it is one this "
+        "profile could not have told apart from the seed noise. Rows whose value is not finite (a target never "
+        "reached) are left out.",
+        markdown_table(["table", "measure", "statistic", "seeds", "methods", "pairs", "pair noise",
+                        f"detectable (power {POWER:g})"], rows)])
+
+
+def mechanism_section(suite: Suite, runs: dict[RunKey, RunRecord]) -> str:
+    """Is the mechanism active on this profile? Per method, setting and declared mechanism, each seed's mean
+    diagnostic over its rounds beside its inert value, and the status (bench/suites/mechanisms.py)."""
+    d = suite.paper.definition  # type: ignore[union-attr]
+    cells = mechanism_cells(suite, runs)
+    rows = [[d.label(c.method), c.setting, c.mechanism.name, f"`{c.mechanism.rule}`",
+             "; ".join(f"{v:.3g} ({c.inert[seed]:.3g})" for seed, v in sorted(c.values.items())) or "—",
+             f"**{c.status}**" if c.status in ("inert", "mixed") else c.status] for c in cells]
+    return "\n\n".join([
+        "## Is the mechanism active on this profile?",
+        "Each mechanism a method's paper claims, as the method declares it (`mechanisms()` in its file under "
+        "bench/algorithms/): per seed, the mean over the run's rounds of its diagnostic and, in brackets, the value "
+        "the diagnostic has when the mechanism does nothing (chance, uniform weights); **active** when beyond the "
+        "declared margin on every seed, **inert** on none, **mixed** otherwise, not recorded for runs trained before "
+        "the method recorded its diagnostic (no claim is then marked not exercised). A claim resting on an inert "
+        "mechanism reads *not exercised*."
+        + ("" if cells else " No method of this suite declares a mechanism."),
+        *([markdown_table(["method", "setting", "mechanism", "active when", "per seed: diagnostic (inert)",
+                           "status"], rows)] if rows else [])])
+
+
+def claims_section(paper: Paper, ours: Results, printed: Results) -> str:
+    """Each claim judged on the paper's printed tables (by their values) and on ours (by the rule of
+    bench/suites/verdicts.py, docs/verdicts.md): the verdict, the deciding comparison's effect with its 95 % interval
+    and test, and the counts."""
+    def shown(verdict: str) -> str:
+        return f"**{verdict}**" if verdict in ("supported", "contradicted", "holds", "fails") else verdict
+
+    rows = []
+    for o, p in zip(paper.claims(ours), paper.claims(printed)):
+        rows.append([o.text, f"{shown(p.verdict)} ({p.evidence})", shown(o.verdict),
+                     "—" if o.deciding is None else o.deciding.describe(), o.evidence])
+    return "\n\n".join([
+        "## The paper's claims",
+        "Each claim judged on the paper's own tables (by their printed values: they have no seeds) and on ours, by "
+        "the rule of docs/verdicts.md: each comparison is a paired t-test over the (setting, seed) pairs both sides "
+        f"share (Welch's t-test across settings), Holm-corrected over the claim's comparisons at α = {ALPHA:g}; "
+        "**supported** when enough comparisons hold, **contradicted** when too many fail for that, **inconclusive** "
+        "when the seeds cannot tell, **not measured** for exact ties (a target nobody reaches) or cells we lack, "
+        "**not exercised** when the mechanism the claim rests on was inert in the runs (the mechanism table above). "
+        "The comparison shown is the one deciding the verdict (the weakest of those a supported claim needs, the "
+        "strongest against a contradicted one): effect in the measure's units (claim's side positive), its 95 % "
+        "interval, the test and its p-value (Holm-adjusted where the claim has several comparisons). An analogue "
+        "column standing for several paper columns counts once.",
+        markdown_table(["claim", "paper", "ours", "deciding comparison (effect [95 % interval]; test)", "ours: counts"],
+                       rows)])
 
 
 def protocol_line(profile: str | None, config: ExperimentConfig) -> str:

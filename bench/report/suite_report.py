@@ -35,7 +35,7 @@ import numpy as np
 
 from bench.fileio import atomic_write, write_json, write_text
 from bench.report.paper_figures import DrawnFigure, record_figures
-from bench.report.paper_report import markdown_table, paper_markdown, paper_results
+from bench.report.paper_report import markdown_table, paper_markdown, paper_results, reference_method
 from bench.report.pinned import PinnedFile, default_pinned_path, load_pinned
 from bench.report.provenance import pinned_display_name, provenance_markdown
 from bench.report.runs import ACC_METRICS, RunRecord, diverged_runs, require_runs
@@ -48,7 +48,6 @@ LABELS = {"final": "final", "last5": "last-5", "best": "best†"}
 METRIC_TITLES = {"global_acc": "Global accuracy (global model, global test set)",
                  "local_acc": "Local accuracy (each client's model on its local test split, averaged)",
                  "client_global_acc": "Client accuracy (each client's model on the global test set, averaged)"}
-REFERENCE = "fedavg"  # per-round times are reported as ratios to this algorithm
 METRICS = ("final_global_acc", "last5_global_acc", "final_local_acc", "last5_local_acc",  # metrics/*.json
            "final_client_global_acc", "last5_client_global_acc")
 # One colour per method, in suite order: tab10, black, then tab20's light shades (21 colours); methods
@@ -80,11 +79,6 @@ def cell_stats(records: list[RunRecord], diverged: int = 0) -> dict[str, float |
     return out
 
 
-def _reference_method(suite: Suite) -> str | None:
-    """The first method running the reference algorithm (a method's algorithm name defaults to its key)."""
-    return next((m for m, entry in suite.params.methods.items() if (entry.name or m) == REFERENCE), None)
-
-
 def summarize(suite: Suite, runs: dict[tuple[str, str, int], RunRecord]) -> dict[str, dict[str, dict]]:
     """``{method: {setting: cell_stats}}`` (over the finished seeds, counting the diverged ones) plus
     ``time_vs_fedavg`` where the suite has FedAvg."""
@@ -94,7 +88,7 @@ def summarize(suite: Suite, runs: dict[tuple[str, str, int], RunRecord]) -> dict
     table = {m: {s: cell_stats([runs[m, s, seed] for seed in p.suite.seeds if (m, s, seed) in runs],
                                sum((m, s, seed) in diverged for seed in p.suite.seeds)) for s in p.settings}
              for m in p.methods}
-    if (ref := _reference_method(suite)) is not None:
+    if (ref := reference_method(suite)) is not None:
         for cells in table.values():
             for setting, cell in cells.items():
                 if "seconds_per_round" in cell and "seconds_per_round" in table[ref][setting]:
@@ -131,7 +125,7 @@ def summary_markdown(suite: Suite, table: dict, runs: dict[tuple[str, str, int],
         rows = [[m] + [_pct(table[m][s], f"{name}_{metric}") for s in p.settings for name in STATISTICS]
                 for m in p.methods]
         parts += [f"## {METRIC_TITLES[metric]}", markdown_table(header, rows)]
-    ref = _reference_method(suite)
+    ref = reference_method(suite)
     header = ["method"] + [f"{s} s/round" for s in p.settings] + ([f"× {ref}"] if ref else [])
     def ratio(m: str) -> str:
         ratios = [table[m][s]["time_vs_fedavg"] for s in p.settings if "time_vs_fedavg" in table[m][s]]

@@ -6,7 +6,7 @@ The baselines' values are the pinned file's per-seed values (``reports/pinned/<s
 are never re-trained. With ``from_runs`` they are read from the suite's run records instead (after a
 ``dvc repro`` or ``dvc pull``). The new method's runs go to ``<out>/runs/<setting>/seed<k>/`` and are
 reused when their config is unchanged. Outputs: ``versus.md``, ``versus.csv``, ``versus.png`` (per
-setting, each baseline's difference with its bootstrap interval and each seed's difference), and one
+setting, each baseline's difference with its t interval and each seed's difference), and one
 MLflow run in the experiment ``versus-<suite>`` holding the numbers and those files.
 """
 from __future__ import annotations
@@ -23,7 +23,9 @@ from pydantic import ValidationError
 from bench.config import describe_validation
 from bench.errors import BenchError
 from bench.fileio import atomic_write, write_text
-from bench.report.paired import ALPHA, CONFIDENCE, POWER, Paired, compare_all, detectable_difference, wilcoxon
+from bench.report.paired import Paired, Sensitivity, compare_all
+from bench.report.paired import sensitivity as paired_sensitivity
+from bench.suites.verdicts import ALPHA, CONFIDENCE, POWER, mean, paired_test
 from bench.report.paper_report import markdown_table
 from bench.report.partition_check import check_partitions
 from bench.report.pinned import PinnedFile
@@ -102,27 +104,6 @@ def _value(records: Records, statistic: Statistic, run: str) -> float:
 
 # ---------------------------------------------------------------- sensitivity: can the suite tell methods apart?
 
-@dataclass(frozen=True)
-class Sensitivity:
-    """One statistic of a pinned suite: the spread across seeds against the spread across methods,
-    and the smallest difference the paired test detects over the suite's (setting, seed) pairs."""
-
-    statistic: str
-    methods: int
-    pairs: int
-    seed_spread: float  # pooled within-cell sample std over seeds
-    method_spread: float  # per setting, the std over methods of their means; averaged over settings
-    pair_noise: float  # pooled sample std over seeds of the difference of two methods, per setting
-    detectable: float | None  # power POWER at ALPHA, Wilcoxon, over `pairs` pairs with `pair_noise`
-    separated: int  # method pairs the Wilcoxon test separates at ALPHA (uncorrected) over the pinned pairs
-    method_pairs: int
-
-
-def _pooled_std(groups: list[np.ndarray]) -> float:
-    groups = [g for g in groups if len(g) > 1]
-    return float(math.sqrt(sum(np.var(g, ddof=1) * (len(g) - 1) for g in groups) / sum(len(g) - 1 for g in groups)))
-
-
 def sensitivity(pinned: PinnedFile, statistic: Statistic) -> Sensitivity:
     """The suite's sensitivity for ``statistic`` over its pinned methods that have it."""
     widest = max(len(cells) for cells in pinned.values.values())  # methods pinned on some settings only are left out
@@ -130,18 +111,7 @@ def sensitivity(pinned: PinnedFile, statistic: Statistic) -> Sensitivity:
               and all(statistic.name in e.values for c in pinned.values[m].values() for e in c.seeds.values())}
     if len(values) < 2:
         raise BenchError(f"suite {pinned.suite}: fewer than two pinned methods have {statistic.name}")
-    pairs = sorted(next(iter(values.values())))
-    settings = list(dict.fromkeys(s for s, _ in pairs))
-    cells = {(m, s): np.array([v[p] for p in pairs if p[0] == s]) for m, v in values.items() for s in settings}
-    methods = list(values)
-    differences = [cells[a, s] - cells[b, s] for i, a in enumerate(methods) for b in methods[i + 1:] for s in settings]
-    noise = _pooled_std(differences)
-    separated = sum((p := wilcoxon([values[a][x] - values[b][x] for x in pairs])[1]) is not None and p < ALPHA
-                    for i, a in enumerate(methods) for b in methods[i + 1:])
-    return Sensitivity(statistic.name, len(methods), len(pairs), _pooled_std(list(cells.values())),
-                       float(np.mean([np.std([cells[m, s].mean() for m in methods], ddof=1) for s in settings])),
-                       noise, detectable_difference(noise, len(pairs)), separated,
-                       len(methods) * (len(methods) - 1) // 2)
+    return paired_sensitivity(statistic.name, values)
 
 
 def sensitivity_markdown(suite: str, rows: list[Sensitivity]) -> str:
@@ -159,10 +129,10 @@ def sensitivity_markdown(suite: str, rows: list[Sensitivity]) -> str:
         "(method, setting), pooled; **method spread**: the std of the methods' means within a setting, averaged "
         "over settings; **pair noise**: the std over seeds of the difference between two methods on the same "
         "setting and seed, pooled over method pairs and settings; **detectable**: the smallest mean difference "
-        f"the two-sided Wilcoxon signed-rank test finds with power {POWER:g} at {ALPHA:g} over the suite's "
-        "(setting, seed) pairs, if the differences scatter normally with that pair noise (seeded Monte Carlo); "
-        "**method pairs separated**: how many pairs of pinned methods that test separates on the pinned values "
-        "(uncorrected).", table]) + "\n"
+        f"the two-sided paired t-test (the rule of the verdicts, bench/suites/verdicts.py) finds with power {POWER:g} "
+        f"at {ALPHA:g} over the suite's (setting, seed) pairs, if the differences scatter normally with that pair "
+        "noise; **method pairs separated**: how many pairs of pinned methods that test separates on the pinned "
+        "values (uncorrected).", table]) + "\n"
 
 
 # ---------------------------------------------------------------- bench versus
@@ -246,25 +216,14 @@ def _p(x: float | None) -> str:
     return "—" if x is None else f"{x:.3g}"
 
 
-def verdict(c: Paired) -> str:
-    if c.note:
-        return "too few pairs"
-    if c.p_holm is None:
-        return "identical"
-    if c.p_holm >= ALPHA:
-        return "no significant difference"
-    return "better" if c.mean > 0 else "worse"
-
-
 def versus_markdown(v: Versus, figure: str | None) -> str:
     settings = list(dict.fromkeys(s for s, _ in v.pairs))
     seeds = sorted({seed for _, seed in v.pairs})
     rows = [[c.baseline, str(len(c.differences)), _pts(c.mean),
              "—" if c.interval is None else f"[{_pts(c.interval[0])}, {_pts(c.interval[1])}]",
-             f"{c.wins} / {c.ties} / {c.losses}", "—" if c.statistic is None else f"{c.statistic:g}",
-             _p(c.p_value), _p(c.p_holm), verdict(c)] for c in v.comparisons]
-    per_setting = [[c.baseline] + [_pts(float(np.mean(d))) for d in c.by_setting().values()] for c in v.comparisons]
-    notes = list(dict.fromkeys(f"- {c.note}." for c in v.comparisons if c.note))
+             f"{c.wins} / {c.ties} / {c.losses}", "—" if c.test is None else _p(c.test.p), _p(c.p_holm),
+             _pts(c.detectable, sign=False), f"**{c.verdict}**"] for c in v.comparisons]
+    per_setting = [[c.baseline] + [_pts(mean(d)) for d in c.by_setting().values()] for c in v.comparisons]
     parts = [f"# `{v.method}` versus the baselines of suite `{v.suite}`",
              f"Statistic `{v.statistic.name}`, in accuracy points; differences are {v.method} − baseline over "
              f"{len(v.pairs)} (setting, seed) pairs: settings {', '.join(settings)} × seeds "
@@ -272,16 +231,17 @@ def versus_markdown(v: Versus, figure: str | None) -> str:
              "make them). Baselines: their "
              + ("pinned per-seed values (`reports/pinned/`), not re-trained." if v.source == "pinned"
                 else "runs in the suite's results folder.")
-             + f" Mean of {v.method}: {_pts(float(np.mean(v.new)), sign=False)}.",
-             f"Interval: {CONFIDENCE:.0%} percentile bootstrap of the mean difference. W/T/L: pairs where "
-             f"{v.method} is better / equal / worse. Wilcoxon: the two-sided signed-rank statistic (the smaller "
-             "rank sum; zero differences dropped) and its p-value; Holm: adjusted across the baselines. Verdict at "
-             f"{ALPHA:g} after Holm.",
-             *(["**Too few pairs:**", "\n".join(notes)] if notes else []),
+             + f" Mean of {v.method}: {_pts(mean(v.new), sign=False)}.",
+             "The rule of the paper reports' verdicts (bench/suites/verdicts.py): per baseline the paired t-test of "
+             f"the differences, its {CONFIDENCE:.0%} t interval, Holm's correction across the baselines; **better** or "
+             f"**worse** when the Holm-adjusted p < {ALPHA:g}, **inconclusive** otherwise, **not measured** when every "
+             f"difference is zero. W/T/L: pairs where {v.method} is better / equal / worse. **Detectable**: the "
+             f"smallest mean difference the test finds with power {POWER:g} over these pairs, given the spread of "
+             "these differences — a difference below it is one this suite could not have told.",
              *([f"Not compared (no `{v.statistic.name}` on every setting): {', '.join(v.skipped)}."]
                if v.skipped else []),
-             markdown_table(["baseline", "pairs", "mean diff", "interval", "W / T / L", "Wilcoxon", "p", "Holm p",
-                             "verdict"], rows),
+             markdown_table(["baseline", "pairs", "mean diff", "95 % interval", "W / T / L", "p", "Holm p",
+                             "detectable", "verdict"], rows),
              "## Mean difference per setting (over seeds)",
              markdown_table(["baseline", *settings], per_setting)]
     if figure:
@@ -299,10 +259,8 @@ def versus_csv(v: Versus) -> str:
 
 
 def versus_figure(v: Versus):  # -> Figure
-    """One panel per setting: per baseline the mean difference with its bootstrap interval, and each seed's."""
+    """One panel per setting: per baseline the mean difference with its t interval, and each seed's."""
     from matplotlib.figure import Figure
-
-    from bench.report.paired import bootstrap_interval
 
     settings = list(dict.fromkeys(s for s, _ in v.pairs))
     fig = Figure(figsize=(2.2 + 0.45 * len(v.comparisons) * len(settings), 3.8), layout="constrained")
@@ -310,7 +268,7 @@ def versus_figure(v: Versus):  # -> Figure
     for ax, setting in zip(axes, settings):
         for x, c in enumerate(v.comparisons):
             d = 100 * np.array(c.by_setting()[setting])
-            interval = bootstrap_interval(d)
+            interval = paired_test(list(d)).interval if len(d) > 1 and d.any() else None
             low, high = interval if interval else (d.mean(), d.mean())
             ax.errorbar([x], [d.mean()], yerr=[[d.mean() - low], [high - d.mean()]], fmt="o", color="#1f77b4",
                         capsize=3)
@@ -321,7 +279,7 @@ def versus_figure(v: Versus):  # -> Figure
         ax.set_title(setting)
         ax.grid(axis="y", alpha=0.3)
     axes[0].set_ylabel(f"{v.method} − baseline ({v.statistic.name}, points)")
-    fig.suptitle(f"{v.suite}: mean over seeds with {CONFIDENCE:.0%} bootstrap interval; grey: each seed",
+    fig.suptitle(f"{v.suite}: mean over seeds with {CONFIDENCE:.0%} t interval; grey: each seed",
                  fontsize="medium")
     return fig
 
@@ -347,11 +305,11 @@ def log_versus(v: Versus, files: list[Path]) -> str:
         run_id = run.info.run_id
         client.log_param(run_id, "statistic", v.statistic.name)
         client.log_param(run_id, "pairs", len(v.pairs))
-        client.log_metric(run_id, "mean_new", float(np.mean(v.new)))
+        client.log_metric(run_id, "mean_new", mean(v.new))
         for c in v.comparisons:
             metrics = {"mean_diff": c.mean, "wins": c.wins, "ties": c.ties, "losses": c.losses,
                        "ci_low": c.interval and c.interval[0], "ci_high": c.interval and c.interval[1],
-                       "wilcoxon": c.statistic, "p": c.p_value, "p_holm": c.p_holm}
+                       "p": c.test and c.test.p, "p_holm": c.p_holm, "detectable": c.detectable}
             for name, value in metrics.items():
                 if value is not None:
                     client.log_metric(run_id, f"{c.baseline}.{name}", float(value))

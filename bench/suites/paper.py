@@ -21,7 +21,8 @@ kinds it draws itself (:meth:`Paper.own_figures`). The report renders any paper 
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import math
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol
@@ -32,6 +33,7 @@ from bench.config import ExperimentConfig, describe_validation, read_yaml_mappin
 from bench.errors import BenchError
 from bench.models.paper_configs import PaperConfig
 from bench.suites.statistics import Records, Statistic
+from bench.suites.verdicts import ALL, Need, Outcome, Test, Verdict, decide, holm, paired_test, welch_test
 
 
 class SuiteView(Protocol):
@@ -370,20 +372,37 @@ def _override(statistic: Statistic, overrides: dict[str, Any]) -> Statistic:
         raise ValueError(f"statistic {statistic.name} with {overrides}: {describe_validation(exc)}") from None
 
 
+Pair = tuple[str, int]  # (setting, seed)
+MechanismStatus = Literal["active", "inert", "mixed", "not recorded"]
+
+
 @dataclass
 class Results:
-    """One number per (method, report column, measure): ours (mean over seeds) or the paper's printed
-    value; :data:`TIME_RATIO` is a measure too where known."""
+    """Per (method, report column, measure): our mean over seeds and, in ``seeds``, the value of every (setting,
+    seed) pair it comes from — or the paper's printed value (``seeds`` empty: the printed tables have no seeds);
+    :data:`TIME_RATIO` is a measure too where known. ``bounds``: for a run that never reached a rounds-to-target
+    statistic's target (inf), the rounds it trained + 1, the least its value can be. ``mechanisms``: per (method,
+    setting), whether each mechanism the method declares (its diagnostic metric) was active in those runs
+    (:mod:`bench.suites.mechanisms`)."""
 
     paper: PaperDefinition
     methods: list[str]
     columns: list[ReportColumn]
     values: dict[CellKey, float] = field(default_factory=dict)
+    seeds: dict[CellKey, dict[Pair, float]] = field(default_factory=dict)
+    bounds: dict[CellKey, dict[Pair, float]] = field(default_factory=dict)
+    mechanisms: dict[tuple[str, str], dict[str, MechanismStatus]] = field(default_factory=dict)
 
     @property
     def by_value(self) -> bool:
         """Every column is the paper's own (not an analogue)."""
         return all(c.exact for c in self.columns)
+
+    @property
+    def seeded(self) -> bool:
+        """Ours, with per-seed values: claims are judged by the paired tests (bench/suites/verdicts.py); the printed
+        tables' claims by their values."""
+        return bool(self.seeds)
 
     def table(self, name: str) -> list[ReportColumn]:
         return [c for c in self.columns if c.table == name]
@@ -413,47 +432,329 @@ class Results:
         if column is None or mine is None or method not in rows or not self.paper.tables[column.table].measures[
                 measure].ranked:
             return None
-        higher = self.paper.tables[column.table].measures[measure].statistic.higher_is_better
+        higher = self.higher(measure, column)
         others = [v for m in rows if (v := self.value(m, column, measure)) is not None]
         return 1 + sum((v > mine) if higher else (v < mine) for v in others)
+
+    def higher(self, measure: str, column: ReportColumn) -> bool:
+        """Whether a higher value of ``measure`` is better (rounds to a target: fewer is better)."""
+        return measure == TIME_RATIO or self.paper.tables[column.table].measures[measure].statistic.higher_is_better
+
+    def _scale(self, measure: str, column: ReportColumn) -> tuple[float, int]:
+        if measure == TIME_RATIO:
+            return 1.0, 2
+        m = self.paper.tables[column.table].measures[measure]
+        return m.scale if self.seeded else 1.0, m.digits
+
+    def sample(self, method: str, column: ReportColumn | None, measure: str) -> Sample | None:
+        """The value of one cell as a :class:`Sample` (None: no value): its mean and per-seed values (ours), or the
+        printed value. Two cells of one setting and statistic (analogue columns standing for several tables) are
+        the same sample."""
+        point = self.value(method, column, measure)
+        if column is None or point is None:
+            return None
+        key: tuple[Any, ...] = (method, column.setting, column.statistics[measure].name if measure in
+                                column.statistics else measure) if self.seeded else (method, column.key, measure)
+        scale, digits = self._scale(measure, column)
+        where = column.setting if self.seeded else column.label
+        return Sample(f"{self.paper.label(method)} @ {where}", point, self.seeds.get((method, column.key, measure), {}),
+                      frozenset({method}), key, self.bounds.get((method, column.key, measure), {}), scale, digits)
+
+    def pooled(self, method: str, measure: str, table: str) -> Sample | None:
+        """One quantity over the table's columns: the mean over its columns (:meth:`mean`) and, ours, the values of
+        every (setting, seed) pair of them (a setting two columns share counted once), e.g. a time ratio."""
+        point = self.mean(method, measure, table)
+        if point is None:
+            return None
+        values: dict[Pair, float] = {}
+        for column in self.table(table):
+            values.update(self.seeds.get((method, column.key, measure), {}))
+        columns = self.table(table)
+        scale, digits = self._scale(measure, columns[0])
+        return Sample(f"{self.paper.label(method)} @ {self.paper.tables[table].title}", point, values,
+                      frozenset({method}), (method, table, measure, tuple(sorted(values))), {}, scale, digits)
+
+    def beats(self, a: str, b: str, column: ReportColumn | None, measure: str, margin: float = 0.0,
+              strict: bool = True) -> Comparison | None:
+        """``a`` is better than ``b`` in this cell (by more than ``margin``, in the measure's units): paired on the
+        column's seeds. ``strict`` concerns the printed values only: False counts a tie as holding ("not beaten")."""
+        x, y = self.sample(a, column, measure), self.sample(b, column, measure)
+        if x is None or y is None or column is None:
+            return None
+        return Comparison(x, y, self.higher(measure, column), margin, strict)
+
+    def inert(self, comparison: Comparison, rests_on: Sequence[tuple[str, str]]) -> bool:
+        """Whether the comparison rests on a mechanism (method, diagnostic) that was inert where it was measured."""
+        return any(self.mechanisms.get((method, setting), {}).get(diagnostic) == "inert"
+                   for method, diagnostic in rests_on if method in comparison.methods
+                   for setting in comparison.settings)
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One quantity a claim compares: ``point`` (our mean over seeds, or the printed value) and, ours, its value on
+    every (setting, seed) pair. ``key`` says what it is (two samples with one key are the same data); ``bounds``:
+    the least value of a pair never reaching its target (its rounds + 1); ``scale`` and ``digits``: how the report
+    prints it. A difference of two samples on the same pairs, or a multiple of one, is a sample."""
+
+    label: str
+    point: float
+    values: Mapping[Pair, float]
+    methods: frozenset[str]
+    key: tuple[Any, ...]
+    bounds: Mapping[Pair, float] = field(default_factory=dict)
+    scale: float = 1.0
+    digits: int = 4
+
+    def __sub__(self, other: Sample) -> Sample:
+        if set(self.values) != set(other.values):
+            raise ValueError(f"{self.label} − {other.label}: not on the same (setting, seed) pairs")
+        return Sample(f"({self.label} − {other.label})", self.point - other.point,
+                      {p: v - other.values[p] for p, v in self.values.items()}, self.methods | other.methods,
+                      ("-", self.key, other.key), {}, self.scale, self.digits)
+
+    def __mul__(self, factor: float) -> Sample:
+        return Sample(f"{factor:g}·{self.label}", self.point * factor, {p: v * factor for p, v in self.values.items()},
+                      self.methods, ("*", factor, self.key), {}, self.scale, self.digits)
+
+    __rmul__ = __mul__
+
+    @property
+    def settings(self) -> set[str]:
+        return {setting for setting, _ in self.values}
+
+
+TIE = 1e-9
+"""Printed values differing by at most this much are equal (float rounding, not a difference)."""
+
+
+def _difference(x: float, y: float, x_bound: float | None = None, y_bound: float | None = None) -> float:
+    """x − y where either may be inf (a target never reached): both never reached is a tie (0); one never reached
+    is at least its ``bound`` (its rounds + 1), so the difference is the one to that bound when the other was
+    reached before it, and a tie when not (indeterminate). So a censored difference is never larger than the true
+    one, on either side."""
+    if math.isinf(x) and math.isinf(y):
+        return 0.0
+    if math.isinf(x) or math.isinf(y):
+        infinite, bound, other = (x, x_bound, y) if math.isinf(x) else (y, y_bound, x)
+        if bound is None:
+            return x - y
+        if other >= bound:
+            return 0.0
+        x, y = (bound, y) if math.isinf(x) else (x, bound)
+    return x - y
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """The claim that ``x`` is better than ``y`` (or, with ``y`` None, than the ``margin`` itself) by more than
+    ``margin``: ``d = x − y`` (``higher``) or ``y − x`` (fewer is better) exceeds it. Paired on the (setting, seed)
+    pairs both samples have, unpaired (Welch) when they have none in common (e.g. one method at two α).
+    ``strict`` applies to the printed values only (a tie counts as holding when False)."""
+
+    x: Sample
+    y: Sample | None
+    higher: bool = True
+    margin: float = 0.0
+    strict: bool = True
+
+    @property
+    def key(self) -> tuple[Any, ...]:
+        return self.x.key, None if self.y is None else self.y.key, self.higher, self.margin, self.strict
+
+    @property
+    def methods(self) -> frozenset[str]:
+        return self.x.methods | (self.y.methods if self.y is not None else frozenset())
+
+    @property
+    def settings(self) -> set[str]:
+        return self.x.settings | (self.y.settings if self.y is not None else set())
+
+    @property
+    def label(self) -> str:
+        return self.x.label + ("" if self.y is None else f" vs {self.y.label}")
+
+    def _oriented(self, d: float) -> float:
+        return d if self.higher else -d
+
+    def on_points(self) -> bool:
+        """Whether it holds on the points (the printed values; a tie, within :data:`TIE`, holds only when not
+        ``strict``)."""
+        d = self._oriented(_difference(self.x.point, 0.0 if self.y is None else self.y.point)) - self.margin
+        return d > TIE if self.strict else d >= -TIE
+
+    def on_values(self) -> str:
+        """The comparison with its two values, as printed (what a claim on the printed tables names when it fails)."""
+        def shown(sample: Sample) -> str:
+            return f"{sample.label} {sample.scale * sample.point:.{sample.digits}f}"
+
+        margin = f" by {self.margin:+g}" if self.margin and self.y is not None else ""
+        return shown(self.x) + (f" vs {self.margin:g}" if self.y is None else f" vs {shown(self.y)}{margin}")
+
+    def test(self) -> Test | None:
+        """The test of the per-seed values (bench/suites/verdicts.py); None: an exact tie, or no per-seed values
+        (not measured)."""
+        x, y = self.x, self.y
+        if not x.values or (y is not None and not y.values):
+            return None
+        if y is None:
+            return paired_test([self._oriented(v) for v in x.values.values()], self.margin)
+        common = [p for p in x.values if p in y.values]
+        if common:
+            raw = [_difference(x.values[p], y.values[p], x.bounds.get(p), y.bounds.get(p)) for p in common]
+            if all(d == 0 for d in raw):
+                return None
+            return paired_test([self._oriented(d) for d in raw], self.margin)
+        xs, ys = list(x.values.values()), list(y.values.values())
+        if not all(math.isfinite(v) for v in xs + ys) or sorted(xs) == sorted(ys):
+            return None
+        return welch_test(*((xs, ys) if self.higher else (ys, xs)), self.margin)
+
+
+@dataclass(frozen=True)
+class Judged:
+    """One comparison of a claim as judged: its test (None: not measured or not exercised), the Holm-adjusted
+    p-value and what it came to."""
+
+    comparison: Comparison
+    test: Test | None
+    p_holm: float | None
+    outcome: Outcome | Literal["not measured", "not exercised"]
+
+    def describe(self) -> str:
+        """The effect with its interval and the test, in the measure's printed units (what the report prints)."""
+        if self.test is None:
+            return f"{self.comparison.label}: {self.outcome}"
+        c, t = self.comparison, self.test
+        s, digits = c.x.scale, c.x.digits
+        p = "untestable" if t.p is None else f"p = {t.p:.2g}" + ("" if self.p_holm in (None, t.p) else
+                                                                f", Holm {self.p_holm:.2g}")
+        if c.y is None:  # a value against a bound: shown as the value, its interval and the bound
+            sign = 1 if c.higher else -1
+            low, high = sorted(sign * v for v in t.interval) if t.interval else (None, None)
+            interval = "" if low is None else f" [{s * low:.{digits}f}, {s * high:.{digits}f}]"
+            bound = f"{'>' if c.higher else '<'} {s * sign * t.margin:.{digits}f}"
+            return f"{c.label}: {s * sign * t.effect:.{digits}f}{interval}, claimed {bound}; {t.name}, {p}"
+        interval = "" if t.interval is None else f" [{s * t.interval[0]:+.{digits}f}, {s * t.interval[1]:+.{digits}f}]"
+        margin = f" (margin {s * t.margin:+.{digits}f})" if t.margin else ""
+        return f"{c.label}: {s * t.effect:+.{digits}f}{interval}{margin}; {t.name}, {p}"
+
+
+PointVerdict = Literal["holds", "fails", "not measured"]
 
 
 @dataclass(frozen=True)
 class Claim:
+    """A claim of the paper as judged: on ours a :data:`~bench.suites.verdicts.Verdict` (the rule of
+    bench/suites/verdicts.py), on the printed tables holds / fails / not measured by their values; ``evidence``
+    counts the comparisons; ``deciding`` is the comparison whose effect and interval the report prints;
+    ``comparisons`` every one, judged."""
+
     text: str
-    holds: bool | None  # None: not measurable with these results
+    verdict: Verdict | PointVerdict
     evidence: str
+    deciding: Judged | None = None
+    comparisons: tuple[Judged, ...] = ()
+
+    @property
+    def holds(self) -> bool | None:
+        """True where supported (or, printed, holds), False where contradicted (fails), None otherwise."""
+        return {"holds": True, "supported": True, "fails": False, "contradicted": False}.get(self.verdict)
 
 
-TIE = 1e-9
-"""Differences at most this small are float rounding, not a difference (claims over means of runs)."""
+Group = Sequence[Comparison | None]
 
 
-def pairs_claim(text: str, pairs: list[tuple[float | None, float | None]], need: Literal["all", "most"]) -> Claim:
-    """The claim that a beats b (strictly, by more than float rounding: ``TIE``) in all or in most of the pairs
-    (a, b) that have both values. Two means over seeds can be equal but for the order of their sums (FedAL
-    and FedMD-LF on the FedAL proxy: 0.9576851851851852 against ...51): such a tie is no win."""
-    valid = [(a, b) for a, b in pairs if a is not None and b is not None]
-    wins = sum(a - b > TIE for a, b in valid)
-    holds = None if not valid else (wins == len(valid) if need == "all" else wins > len(valid) / 2)
-    return Claim(text, holds, f"{wins}/{len(valid)}")
+def claim(text: str, results: Results, comparisons: Group, need: Need = ALL,
+          rests_on: Sequence[tuple[str, str]] = (), note: str = "") -> Claim:
+    """The claim that ``need`` of the comparisons hold (None: a cell without values, left out)."""
+    return grouped_claim(text, results, [[c] for c in comparisons], need, ALL, rests_on, note)
 
 
-def range_claim(text: str, value: float | None, low: float | None, high: float | None) -> Claim:
-    """``value`` (a ratio) lies within [low, high] (an open end: None)."""
-    if value is None:
-        return Claim(text, None, "—")
-    holds = (low is None or value >= low) and (high is None or value <= high)
-    return Claim(text, holds, f"{value:.2f}×")
+def grouped_claim(text: str, results: Results, groups: Sequence[Group], need: Need = ALL, within: Need = ALL,
+                  rests_on: Sequence[tuple[str, str]] = (), note: str = "") -> Claim:
+    """The claim that ``need`` of the groups hold, a group holding when ``within`` of its comparisons do (e.g. "first
+    in most columns": per column, beats every other row). The same comparison or group twice (an analogue column
+    standing for several paper columns) counts once. On ours, the rule of bench/suites/verdicts.py; a comparison
+    resting on a mechanism (``rests_on``: (method, diagnostic)) that was inert where it ran is not exercised, and a
+    claim all of whose comparisons are is **not exercised**. On the printed values: each comparison holds or not
+    by its values, and the claim holds when ``need`` groups do. ``note`` is added to the evidence."""
+    unique: dict[tuple[Any, ...], list[Comparison]] = {}
+    for group in groups:
+        members = list({c.key: c for c in group if c is not None}.values())
+        if members:
+            unique.setdefault(tuple(c.key for c in members), members)
+    kept = list(unique.values())
+    suffix = f"; {note}" if note else ""
+    if not results.seeded:
+        if not kept:
+            return Claim(text, "not measured", "—" + suffix)
+        held = [sum(c.on_points() for c in g) >= within.of(len(g)) for g in kept]
+        missed = [c.on_values() for g, ok in zip(kept, held) if not ok for c in g if not c.on_points()]
+        shown = "; ".join(missed[:4]) + (f"; … {len(missed) - 4} more" if len(missed) > 4 else "")
+        verdict: PointVerdict = "holds" if sum(held) >= need.of(len(kept)) else "fails"
+        named = f"; not held: {shown}" if missed and verdict == "fails" else ""
+        return Claim(text, verdict, f"{sum(held)}/{len(held)}" + named + suffix)
+    judged_groups = _judge(results, kept, rests_on)
+    flat = [j for g in judged_groups for j in g]
+    states = []
+    for group in judged_groups:
+        measured = [j for j in group if j.outcome not in ("not measured", "not exercised")]
+        states.append(decide(sum(j.outcome == "holds" for j in measured), sum(j.outcome == "fails" for j in measured),
+                             len(measured), within))
+    measured_groups = [s for s in states if s != "not measured"]
+    verdict_: Verdict = decide(states.count("supported"), states.count("contradicted"), len(measured_groups), need)
+    if verdict_ == "not measured" and any(j.outcome == "not exercised" for j in flat):
+        verdict_ = "not exercised"  # nothing measured because the mechanism it rests on was inert
+    return Claim(text, verdict_, _evidence(flat, states, within, need) + suffix, _deciding(flat, verdict_), tuple(flat))
 
 
-def stated_claim(text: str, items: list[tuple[str, float | None, float]], tolerance: float) -> Claim:
-    """Each (label, computed, stated) value is at least the stated one, less ``tolerance`` (the
-    paper's rounding); the evidence names those below. Not measured where nothing is computed."""
-    valid = [(label, c, s) for label, c, s in items if c is not None]
-    below = [f"{label} {c:+.1f} vs {s:+.1f}" for label, c, s in valid if c < s - tolerance]
-    evidence = f"{len(valid) - len(below)}/{len(valid)}" + (f"; below: {', '.join(below)}" if below else "")
-    return Claim(text, None if not valid else not below, evidence if valid else "—")
+def _judge(results: Results, groups: list[list[Comparison]],
+           rests_on: Sequence[tuple[str, str]]) -> list[list[Judged]]:
+    """Each comparison tested (or not measured, not exercised), Holm across all of them."""
+    tests = [[None if results.inert(c, rests_on) else c.test() for c in g] for g in groups]
+    adjusted = iter(holm([t.p if t is not None else None for g in tests for t in g]))
+    out = []
+    for group, group_tests in zip(groups, tests):
+        judged = []
+        for c, t in zip(group, group_tests):
+            p = next(adjusted)
+            outcome = ("not exercised" if results.inert(c, rests_on) else "not measured" if t is None
+                       else t.outcome(p))
+            judged.append(Judged(c, t, p, outcome))
+        out.append(judged)
+    return out
+
+
+def _evidence(flat: list[Judged], states: list[str], within: Need, need: Need) -> str:
+    count = {o: sum(j.outcome == o for j in flat) for o in ("holds", "fails", "not measured", "not exercised")}
+    measured = len(flat) - count["not measured"] - count["not exercised"]
+    parts = [f"{count['holds']}/{measured} hold, {count['fails']} against"]
+    if within != ALL or len(states) != len(flat):
+        parts.append(f"{states.count('supported')}/{len(states) - states.count('not measured')} groups supported "
+                     f"(each needs {within.label})")
+    parts.append(f"needs {need.label}")
+    parts += [f"{count[o]} {o}" for o in ("not measured", "not exercised") if count[o]]
+    return "; ".join(parts)
+
+
+def _deciding(flat: list[Judged], verdict: str) -> Judged | None:
+    """The comparison the report prints: the strongest against a contradicted claim, else the weakest of those
+    measured (the largest Holm p: what stands between the claim and support)."""
+    measured = [j for j in flat if j.test is not None]
+    if not measured:
+        return None
+    if verdict == "contradicted":
+        return min((j for j in measured if j.outcome == "fails"), key=lambda j: j.p_holm or 0.0)
+    pool = [j for j in measured if j.outcome == "holds"] if verdict == "supported" else measured
+    return max(pool, key=lambda j: 1.0 if j.p_holm is None else j.p_holm)
+
+
+def range_claim(text: str, results: Results, sample: Sample | None, low: float | None, high: float | None) -> Claim:
+    """``sample`` (a ratio) lies within [low, high] (an open end: None): above ``low`` and below ``high``."""
+    comparisons = [None if sample is None or low is None else Comparison(sample, None, True, low, False),
+                   None if sample is None or high is None else Comparison(sample, None, False, -high, False)]
+    return claim(text, results, comparisons, ALL, note="" if sample is None else f"{sample.point:.2f}×")
 
 
 @dataclass(frozen=True)

@@ -17,8 +17,9 @@ import re
 from pathlib import Path
 
 from bench.models.paper_configs import CLIENT_MODEL, DISCRIMINATOR, IMAGE_GENERATOR, PaperConfig, printed
-from bench.suites.paper import (Claim, Curve, LineFigure, Paper, PaperDefinition, Panel, ReportColumn, Results,
-                                pairs_claim)
+from bench.suites.paper import (Claim, Comparison, Curve, LineFigure, Paper, PaperDefinition, Panel, ReportColumn,
+                                Results, claim, grouped_claim)
+from bench.suites.verdicts import ALL, MOST, Need
 from bench.suites.plugins import register_paper
 
 KD_METHODS = ("feddf", "fedgen", "fedftg", "dafkd")
@@ -30,6 +31,8 @@ SENSITIVITY: dict[str, tuple[str, float]] = {  # Figure 6 (§6 R9): each variant
 DEFAULTS = {"E": 20.0, "B": 32.0, "d": 100.0}  # DaFKD's own row: E = 20, B = 32, d = 100 (§1.4)
 E_PLATEAU, FLAT = 0.01, 0.02  # [I] "E = 20 and E = 40 are comparable": within 1 point; "similar": within 2
 ACTIVE_RATIO = 0.4  # r of every column but Figure 5's
+DAFKD_MECHANISMS = (("dafkd", "alpha_entropy"), ("dafkd", "gen_coverage"))  # its domain weights and its generator
+GENERATORS = (("fedgen", "gen_fidelity"), ("fedftg", "gen_fidelity"))  # the other KD methods' generators
 
 
 def _parameter(key: str, letter: str) -> float | None:
@@ -53,10 +56,13 @@ class DaFKD(Paper):
         return self.definition.groups.get(groups[0] or "", "?") if column.exact else "ours (analogues)"
 
     def claims(self, results: Results) -> list[Claim]:
-        """§6's claims and acceptance checks and the paper's text claims (§4 "Text claims"); "beats" is
-        strict (>), fewer rounds are better, a target never reached counts as infinitely many rounds."""
+        """§6's claims and acceptance checks and the paper's text claims (§4 "Text claims"), each as comparisons of
+        cells (bench/suites/paper.py), judged on ours by the rule of bench/suites/verdicts.py. On the printed
+        tables "beats" is strict (>) and a rank ("first", "among the two fastest") counts ties as not beaten;
+        fewer rounds are better, and a target never reached is a tie with another never reached (not measured on
+        ours). Claims on DaFKD's domain weighting rest on α̂'s entropy, those on the generators on theirs."""
         d = self.definition
-        acc, rank = results.value, results.rank
+        beats = results.beats
         cols1, cols2 = results.table("table1"), results.table("table2")
         cols3a, cols3b = results.table("table3a"), results.table("table3b")
         printed = self.printed()
@@ -65,86 +71,83 @@ class DaFKD(Paper):
             firsts = [printed.rank("dafkd", printed.column(key), "acc") == 1 for key in column.stands_for]
             return sum(firsts) > len(firsts) / 2
 
-        firsts = [c for c in cols1 if paper_first(c)]
-        won = [c for c in firsts if rank("dafkd", c, "acc") == 1]
+        def first(column: ReportColumn, table: str, measure: str) -> list[Comparison | None]:
+            """DaFKD not beaten by any other row of the table in this cell (on ours: beats each)."""
+            return [beats("dafkd", m, column, measure, strict=False) for m in d.rows(table) if m != "dafkd"]
+
         svhn = [c for c in cols1 if "svhn" in results.groups(c)]
         svhn01 = [c for c in svhn if _parameter(c.key, "a") == 0.1]
         fast = [c for c in cols2 if {"svhn", "fmnist"} & set(results.groups(c))]
-        ranks2 = [r for c in cols2 if (r := rank("dafkd", c, "rounds")) is not None]
-        fast_ranks = [r for c in fast if (r := rank("dafkd", c, "rounds")) is not None]
-        ratio_ranks = [r for c in self._ratio_columns(results) if (r := rank("dafkd", c, self._measure(c))) is not None]
+        among_two = Need(but=1)
         return [
-            self._share_claim("DaFKD ranks first in ≥ 8 of the 10 Table-1 cells where the paper ranks it first (§6)",
-                              len(won), len([c for c in firsts if acc("dafkd", c, "acc") is not None]), 0.8),
-            self._share_claim("DaFKD is best in most Table-1 cells (§4: 10 of 12)",
-                              sum(rank("dafkd", c, "acc") == 1 for c in cols1),
-                              sum(acc("dafkd", c, "acc") is not None for c in cols1), 0.5, strict=True),
+            grouped_claim("DaFKD ranks first in ≥ 8 of the 10 Table-1 cells where the paper ranks it first (§6)",
+                          results, [first(c, "table1", "acc") for c in cols1 if paper_first(c)], Need(0.8),
+                          rests_on=DAFKD_MECHANISMS),
+            grouped_claim("DaFKD is best in most Table-1 cells (§4: 10 of 12)", results,
+                          [first(c, "table1", "acc") for c in cols1], MOST, rests_on=DAFKD_MECHANISMS),
             self._margin_claim("SVHN α=0.1: DaFKD's margin over the best baseline is ≥ 3 points (§6; the paper: "
                                "+6.02)" + ("" if results.by_value else " (the analogue of SVHN α=0.1)"),
                                results, svhn01, 0.03, None),
             self._margin_claim("DaFKD surpasses the second best by 2-6 points on SVHN (§4 text; 0.005 of rounding)",
                                results, svhn, 0.02 - 0.00005, 0.06 + 0.00005),
-            pairs_claim("The KD methods (FedDF, FedGen, FedFTG, DaFKD) beat FedAvg and FedProx in most Table-1 cells "
-                        "(§4 text)", [(acc(m, c, "acc"), self._best(results, BASELINES, c, "acc"))
-                                      for c in cols1 for m in KD_METHODS], "most"),
-            self._share_claim("Rounds to target: DaFKD among the two fastest on SVHN and FMNIST (§6)",
-                              sum(r <= 2 for r in fast_ranks), len(fast_ranks), 1.0),
-            self._share_claim("DaFKD reaches most best and second-best rounds to target (Table 2, §4)",
-                              sum(r <= 2 for r in ranks2), len(ranks2), 0.5, strict=True),
-            self._share_claim("Ablation: DaFKD beats DaFKD^no-correlation in ≥ 7 of 8 cells (§6; the text: all)",
-                              *self._wins(results, cols3a, "ablation_acc", "dafkd", "dafkd_no_correlation"), 7 / 8),
-            pairs_claim("Ablation: parameter sharing gives higher accuracy in most cases (Table 3a)",
-                        [(acc("dafkd", c, "ablation_acc"), acc("dafkd_no_sharing", c, "ablation_acc")) for c in cols3a],
-                        "most"),
-            pairs_claim("Ablation: sharing consistently costs fewer rounds (Table 3b: DaFKD < DaFKD^no-sharing)",
-                        [(acc("dafkd_no_sharing", c, "ablation_rounds"), acc("dafkd", c, "ablation_rounds"))
-                         for c in cols3b], "all"),
-            pairs_claim("Ablation: sharing accelerates more than correlations (Table 3b: no-sharing needs more rounds "
-                        "than no-correlation, most rows)",
-                        [(acc("dafkd_no_sharing", c, "ablation_rounds"), acc("dafkd_no_correlation", c, "ablation_rounds"))
-                         for c in cols3b], "most"),
-            pairs_claim("Every method improves as heterogeneity decreases: accuracy at the largest α beats the "
-                        "smallest (Fig. 3)", self._trend_pairs(results, ("table1", "figure3"), "a"), "all"),
-            self._share_claim("DaFKD is best at every active ratio r (Fig. 5)", sum(r == 1 for r in ratio_ranks),
-                              len(ratio_ranks), 1.0),
-            pairs_claim("Accuracy increases with the active ratio r: the largest r beats the smallest (Fig. 5)",
-                        self._trend_pairs(results, ("figure5",), "r"), "all"),
+            grouped_claim("The KD methods (FedDF, FedGen, FedFTG, DaFKD) beat FedAvg and FedProx in most Table-1 cells "
+                          "(§4 text)", results, [[beats(m, b, c, "acc") for b in BASELINES]
+                                                 for c in cols1 for m in KD_METHODS], MOST,
+                          rests_on=DAFKD_MECHANISMS + GENERATORS),
+            grouped_claim("Rounds to target: DaFKD among the two fastest on SVHN and FMNIST (§6)", results,
+                          [first(c, "table2", "rounds") for c in fast], ALL, among_two, rests_on=DAFKD_MECHANISMS),
+            grouped_claim("DaFKD reaches most best and second-best rounds to target (Table 2, §4)", results,
+                          [first(c, "table2", "rounds") for c in cols2], MOST, among_two, rests_on=DAFKD_MECHANISMS),
+            claim("Ablation: DaFKD beats DaFKD^no-correlation in ≥ 7 of 8 cells (§6; the text: all)", results,
+                  [beats("dafkd", "dafkd_no_correlation", c, "ablation_acc") for c in cols3a], Need(7 / 8),
+                  rests_on=(("dafkd", "alpha_entropy"),)),
+            claim("Ablation: parameter sharing gives higher accuracy in most cases (Table 3a)", results,
+                  [beats("dafkd", "dafkd_no_sharing", c, "ablation_acc") for c in cols3a], MOST),
+            claim("Ablation: sharing consistently costs fewer rounds (Table 3b: DaFKD < DaFKD^no-sharing)", results,
+                  [beats("dafkd", "dafkd_no_sharing", c, "ablation_rounds") for c in cols3b]),
+            claim("Ablation: sharing accelerates more than correlations (Table 3b: no-sharing needs more rounds "
+                  "than no-correlation, most rows)", results,
+                  [beats("dafkd_no_correlation", "dafkd_no_sharing", c, "ablation_rounds") for c in cols3b], MOST),
+            claim("Every method improves as heterogeneity decreases: accuracy at the largest α beats the "
+                  "smallest (Fig. 3)", results, self._trends(results, ("table1", "figure3"), "a")),
+            grouped_claim("DaFKD is best at every active ratio r (Fig. 5)", results,
+                          [first(c, c.table, self._measure(c)) for c in self._ratio_columns(results)],
+                          rests_on=DAFKD_MECHANISMS),
+            claim("Accuracy increases with the active ratio r: the largest r beats the smallest (Fig. 5)", results,
+                  self._trends(results, ("figure5",), "r")),
             *self._sensitivity_claims(results),
-            self._ensemble_claim(results),
+            claim("Diagnostic (R10, not the paper's): the α̂-weighted ensemble is at least as accurate as the uniform "
+                  "one at α ≤ 0.1, in most columns", results,
+                  [self._weighted(results, c) for c in results.table("diagnostic")
+                   if (_parameter(c.key, "a") or 1.0) <= 0.1], MOST,
+                  rests_on=(("dafkd", "alpha_entropy"),)),
         ]
 
     # -- claim helpers --------------------------------------------------------------------------------------
 
     @staticmethod
-    def _share_claim(text: str, wins: int, cells: int, share: float, strict: bool = False) -> Claim:
-        """Holds when wins/cells ≥ share (> share with ``strict``); not measured without cells."""
-        holds = None if not cells else (wins > share * cells if strict else wins >= share * cells - 1e-9)
-        return Claim(text, holds, f"{wins}/{cells}")
-
-    @staticmethod
-    def _wins(results: Results, columns: list[ReportColumn], measure: str, a: str, b: str) -> tuple[int, int]:
-        pairs = [(x, y) for c in columns if (x := results.value(a, c, measure)) is not None
-                 and (y := results.value(b, c, measure)) is not None]
-        return sum(x > y for x, y in pairs), len(pairs)
-
-    def _best(self, results: Results, methods: tuple[str, ...], column: ReportColumn, measure: str) -> float | None:
-        values = [v for m in methods if (v := results.value(m, column, measure)) is not None]
-        return max(values) if values else None
+    def _weighted(results: Results, column: ReportColumn) -> Comparison | None:
+        """DaFKD's α̂-weighted ensemble at least as accurate as its uniform one, on the same runs (paired)."""
+        weighted, uniform = results.sample("dafkd", column, "weighted"), results.sample("dafkd", column, "uniform")
+        return None if weighted is None or uniform is None else Comparison(weighted, uniform, strict=False)
 
     def _margin_claim(self, text: str, results: Results, columns: list[ReportColumn], low: float,
                       high: float | None) -> Claim:
-        """DaFKD's margin over the best other row of Table 1 lies in [low, high] in every column."""
-        margins = []
+        """DaFKD's margin over the best other row of Table 1 lies in [low, high] in every column: it beats each other
+        row by ``low``, and (with ``high``) the runner-up is within ``high`` of it; the evidence names the margins."""
+        others = [m for m in self.definition.rows("table1") if m != "dafkd"]
+        groups, margins = [], []
         for column in columns:
+            group = [results.beats("dafkd", m, column, "acc", low, strict=False) for m in others]
+            present = {m: v for m in others if (v := results.value(m, column, "acc")) is not None}
             mine = results.value("dafkd", column, "acc")
-            others = self._best(results, tuple(m for m in self.definition.rows("table1") if m != "dafkd"), column,
-                                "acc")
-            if mine is not None and others is not None:
-                margins.append((column.label, mine - others))
-        if not margins:
-            return Claim(text, None, "—")
-        holds = all(m >= low and (high is None or m <= high) for _, m in margins)
-        return Claim(text, holds, ", ".join(f"{label} {100 * m:+.2f}" for label, m in margins))
+            if present and mine is not None:
+                runner_up = max(present, key=present.__getitem__)
+                margins.append(f"{column.label} {100 * (mine - present[runner_up]):+.2f}")
+                if high is not None:
+                    group.append(results.beats(runner_up, "dafkd", column, "acc", -high, strict=False))
+            groups.append(group)
+        return grouped_claim(text, results, groups, rests_on=DAFKD_MECHANISMS, note=", ".join(margins))
 
     @staticmethod
     def _measure(column: ReportColumn) -> str:
@@ -157,28 +160,42 @@ class DaFKD(Paper):
         base = [c for c in results.table("table1") if _parameter(c.key, "a") == 0.1 and groups & set(results.groups(c))]
         return fig5 + base
 
+    def _placed(self, results: Results, columns: list[ReportColumn], letter: str) -> dict[str, list[tuple[float, ReportColumn]]]:
+        """Per panel (dataset, or the analogues): (α or r, column) over ``columns`` (r = 0.4 where a column names
+        none)."""
+        out: dict[str, list[tuple[float, ReportColumn]]] = {}
+        for column in columns:
+            x = _parameter(column.key, letter)
+            x = ACTIVE_RATIO if x is None and letter == "r" else x
+            if x is not None:
+                out.setdefault(self._panel(results, column), []).append((x, column))
+        return out
+
     def _series(self, results: Results, columns: list[ReportColumn], letter: str,
                 methods: list[str]) -> dict[str, dict[str, list[tuple[float, float]]]]:
         """Per panel (dataset, or the analogues), per method: (α or r, accuracy) over ``columns``."""
         out: dict[str, dict[str, list[tuple[float, float]]]] = {}
-        for column in columns:
-            x = _parameter(column.key, letter)
-            x = ACTIVE_RATIO if x is None and letter == "r" else x
-            if x is None:
-                continue
-            panel = out.setdefault(self._panel(results, column), {})
-            for method in methods:
-                if (y := results.value(method, column, self._measure(column))) is not None:
-                    panel.setdefault(method, []).append((x, y))
+        for panel, placed in self._placed(results, columns, letter).items():
+            for x, column in placed:
+                for method in methods:
+                    if (y := results.value(method, column, self._measure(column))) is not None:
+                        out.setdefault(panel, {}).setdefault(method, []).append((x, y))
         return {p: {m: sorted(points) for m, points in series.items()} for p, series in out.items()}
 
-    def _trend_pairs(self, results: Results, tables: tuple[str, ...], letter: str) -> list[tuple[float | None, float | None]]:
-        """Per panel and method with ≥ 2 points: (accuracy at the largest x, at the smallest x)."""
+    def _trends(self, results: Results, tables: tuple[str, ...], letter: str) -> list[Comparison | None]:
+        """Per panel and method with ≥ 2 points: its accuracy at the largest x beats that at the smallest (the two
+        columns' seeds, unpaired)."""
         columns = ([c for t in tables for c in results.table(t)] if letter == "a"
                    else self._ratio_columns(results))
-        series = self._series(results, columns, letter, self.definition.rows("table1"))
-        return [(points[-1][1], points[0][1]) for panel in series.values() for points in panel.values()
-                if len(points) > 1]
+        out: list[Comparison | None] = []
+        for placed in self._placed(results, columns, letter).values():
+            for method in self.definition.rows("table1"):
+                points = sorted((x, value, column) for x, column in placed
+                                if (value := results.value(method, column, self._measure(column))) is not None)
+                if len(points) > 1:
+                    high, low = (results.sample(method, points[i][2], self._measure(points[i][2])) for i in (-1, 0))
+                    out.append(None if high is None or low is None else Comparison(high, low))
+        return out
 
     def _sensitivity(self, results: Results) -> dict[str, list[tuple[float, float]]]:
         """Figure 6: per parameter (E, B, d), DaFKD's (value, accuracy) points, its own row at the defaults."""
@@ -194,30 +211,25 @@ class DaFKD(Paper):
         return {name: sorted(points) for name, points in out.items()}
 
     def _sensitivity_claims(self, results: Results) -> list[Claim]:
-        points = self._sensitivity(results)
-        e = dict(points["E"])
-        rises = [(e[20.0], e[x]) for x in (5.0, 10.0) if x in e and 20.0 in e]
-        plateau = [abs(e[40.0] - e[20.0])] if 40.0 in e and 20.0 in e else []
-        spreads = {name: max(y for _, y in pts) - min(y for _, y in pts)
-                   for name, pts in points.items() if name != "E" and len(pts) > 1}
-        return [
-            pairs_claim("Accuracy increases with E at first: E = 20 beats E = 5 and 10 (Fig. 6a)", rises, "all"),
-            Claim(f"E = 20 and E = 40 are comparable: within {100 * E_PLATEAU:g} point (Fig. 6a) [I]",
-                  None if not plateau else plateau[0] <= E_PLATEAU,
-                  "—" if not plateau else f"|Δ| = {100 * plateau[0]:.2f}"),
-            Claim(f"Accuracy is similar across B and across d: each within {100 * FLAT:g} points (Fig. 6b, c) [I]",
-                  None if not spreads else all(s <= FLAT for s in spreads.values()),
-                  ", ".join(f"{name} range {100 * s:.2f}" for name, s in spreads.items()) or "—"),
-        ]
+        """Figure 6 on DaFKD's own row (E = 20, B = 32, d = 100) and its variants, paired on each column's seeds;
+        "comparable" and "similar" within a band are the differences both ways within it."""
+        measure, beats = "sensitivity_acc", results.beats
+        variants = {name: ["dafkd", *(m for m, (n, _) in SENSITIVITY.items() if n == name)] for name in DEFAULTS}
+        columns = results.table("figure6")
 
-    def _ensemble_claim(self, results: Results) -> Claim:
-        """R10: the α̂-weighted ensemble at least as accurate as the uniform one at α ≤ 0.1, in most columns."""
-        pairs = [(w, u) for c in results.table("diagnostic") if (_parameter(c.key, "a") or 1.0) <= 0.1
-                 and (w := results.value("dafkd", c, "weighted")) is not None
-                 and (u := results.value("dafkd", c, "uniform")) is not None]
-        return self._share_claim("Diagnostic (R10, not the paper's): the α̂-weighted ensemble is at least as accurate "
-                                 "as the uniform one at α ≤ 0.1, in most columns", sum(w >= u for w, u in pairs),
-                                 len(pairs), 0.5, strict=True)
+        def within(a: str, b: str, column: ReportColumn, band: float) -> list[Comparison | None]:
+            return [beats(a, b, column, measure, -band, strict=False),
+                    beats(b, a, column, measure, -band, strict=False)]
+
+        return [
+            claim("Accuracy increases with E at first: E = 20 beats E = 5 and 10 (Fig. 6a)", results,
+                  [beats("dafkd", m, c, measure) for c in columns for m in ("dafkd_e5", "dafkd_e10")]),
+            claim(f"E = 20 and E = 40 are comparable: within {100 * E_PLATEAU:g} point (Fig. 6a) [I]", results,
+                  [w for c in columns for w in within("dafkd", "dafkd_e40", c, E_PLATEAU)]),
+            claim(f"Accuracy is similar across B and across d: each within {100 * FLAT:g} points (Fig. 6b, c) [I]",
+                  results, [w for c in columns for name in ("B", "d") for i, a in enumerate(variants[name])
+                            for b in variants[name][i + 1:] for w in within(a, b, c, FLAT)]),
+        ]
 
     # -- figures ----------------------------------------------------------------------------------------------
 

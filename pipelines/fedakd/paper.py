@@ -17,8 +17,9 @@ from pathlib import Path
 
 from bench.errors import BenchError
 from bench.models.paper_configs import CLIENT_MODEL, PaperConfig, printed
-from bench.suites.paper import (TIME_RATIO, Claim, FinishedRun, Paper, PaperDefinition, Results, RunKey, Section,
-                                SuiteView, range_claim)
+from bench.suites.paper import (TIME_RATIO, Claim, Comparison, FinishedRun, Paper, PaperDefinition, ReportColumn,
+                                Results, RunKey, Section, SuiteView, claim, grouped_claim, range_claim)
+from bench.suites.verdicts import ALL, ANY, Need
 from bench.suites.plugins import register_paper
 
 from . import figures
@@ -28,6 +29,7 @@ TABLE1_METHODS = ("standalone", "fedavg", "cffl", "cgsv", "fedave", "fedsac", "p
                   "fedakd")
 TABLE5_METHODS = ("standalone", "fedavg", "cffl", "cgsv", "fedave", "fedsac", "fedakd")
 ABLATION_ORDER = ("fedakd", "fedakd_correct_agg", "fedakd_all_data", "fedakd_single_dist")  # R9, on CF
+SELECTION = (("fedakd", "selected_share"),)  # the claims on FedAKD rest on its selection I_k leaving samples out
 TIME_SETTINGS_NOTE = (
     "The paper's own Table 3 contradicts its claim that FedAKD has the highest per-round time (§5.4): under "
     "FedAKD's 40-round budget FedAVE completes 39 rounds, so FedAVE is slower per round than FedAKD.")
@@ -42,120 +44,77 @@ PROXY_NOTE = (
     "claims below are still checked on these columns, as a record of what the proxy shows.")
 
 
-def _short(value: float) -> str:
-    return f"{value:.4g}"
-
-
 class FedAKD(Paper):
     def best_cells(self, results: Results, table: str, methods: tuple[str, ...],
-                   excepted: frozenset[tuple[str, str]] = frozenset()) -> tuple[int, int, list[str]]:
-        """(cells where FedAKD is strictly best among ``methods``, cells measured, the others named) over the
-        table's columns and measures (Table 3's rounds aside); ``excepted`` (paper column, measure) cells are
-        left out where every column a report column stands for is excepted."""
+                   excepted: frozenset[tuple[str, str]] = frozenset()) -> list[list[Comparison | None]]:
+        """Per cell of the table (its columns × measures, Table 3's rounds aside): FedAKD beats each other method of
+        ``methods``; ``excepted`` (paper column, measure) cells are left out where every column a report column
+        stands for is excepted."""
         d = self.definition
-        best, cells, misses = 0, 0, []
-        for column in results.table(table):
-            for name, measure in d.tables[table].measures.items():
-                if name == "rounds" or all((k, name) in excepted for k in column.stands_for):
-                    continue
-                mine = results.value("fedakd", column, name)
-                others = {m: v for m in methods if m != "fedakd" and (v := results.value(m, column, name)) is not None}
-                if mine is None or not others:
-                    continue
-                cells += 1
-                top = max(others, key=others.__getitem__)
-                if mine > others[top]:
-                    best += 1
-                else:
-                    misses.append(f"{column.label} {measure.label}: {d.label(top)} {_short(others[top])} ≥ "
-                                  f"{_short(mine)}")
-        return best, cells, misses
+        return [[results.beats("fedakd", m, column, name) for m in methods if m != "fedakd"]
+                for column in results.table(table) for name in d.tables[table].measures
+                if name != "rounds" and not all((k, name) in excepted for k in column.stands_for)]
 
     def claims(self, results: Results) -> list[Claim]:
-        """R5 (Table 1), R9 (Table 4), R8 (Table 3), R6 (Table 5) and §5.4's runtime claim, checked on ``results``
-        (ours, or the paper's printed tables). "Best" and "beats" are strict (>)."""
-        claims = [self._best_claim(results, table, "FedAKD is the best of the 11 methods in every "
-                                   f"{self.definition.tables[table].title} cell (Max, Avg and CF in every column; R5)",
-                                   TABLE1_METHODS) for table in ("table1", "table1_paper")]
+        """R5 (Table 1), R9 (Table 4), R8 (Table 3), R6 (Table 5) and §5.4's runtime claim, each as comparisons of
+        cells (bench/suites/paper.py), judged on ours by the rule of bench/suites/verdicts.py ("best" and "beats"
+        strict on the printed tables). Claims on FedAKD against others rest on its selection of confidently
+        predicted samples (the distillation weights |I_k| across clients)."""
+        claims = [grouped_claim("FedAKD is the best of the 11 methods in every "
+                                f"{self.definition.tables[table].title} cell (Max, Avg and CF in every column; R5)",
+                                results, self.best_cells(results, table, TABLE1_METHODS), rests_on=SELECTION)
+                  for table in ("table1", "table1_paper")]
         claims += self._cf_claims(results)
         claims += self._ablation_claims(results)
         claims += self._time_claims(results)
-        claims.append(self._best_claim(results, "table5", "FedAKD has the best Max and CF in every Table-5 column, "
-                                       "except CIFAR-10 CLA Max (R6, D.6)", TABLE5_METHODS,
-                                       frozenset({("t5-cifar10-cla", "max")})))
-        claims.append(range_claim("FedAKD's time per round is above FedAvg's but comparable, at most 2× (§5.4, Fig. 3a)",
-                                  results.mean("fedakd", TIME_RATIO, "table1"), 1.0, 2.0))
+        claims.append(grouped_claim("FedAKD has the best Max and CF in every Table-5 column, except CIFAR-10 CLA Max "
+                                    "(R6, D.6)", results,
+                                    self.best_cells(results, "table5", TABLE5_METHODS,
+                                                    frozenset({("t5-cifar10-cla", "max")})), rests_on=SELECTION))
+        claims.append(range_claim("FedAKD's time per round is above FedAvg's but comparable, at most 2× "
+                                  "(§5.4, Fig. 3a)",
+                                  results, results.pooled("fedakd", TIME_RATIO, "table1"), 1.0, 2.0))
         return claims
-
-    def _best_claim(self, results: Results, table: str, text: str, methods: tuple[str, ...],
-                    excepted: frozenset[tuple[str, str]] = frozenset()) -> Claim:
-        best, cells, misses = self.best_cells(results, table, methods, excepted)
-        shown = "; ".join(misses[:4]) + (f"; … {len(misses) - 4} more" if len(misses) > 4 else "")
-        return Claim(text, None if not cells else best == cells,
-                     f"{best}/{cells}" + (f"; not best: {shown}" if misses else ""))
 
     def _cf_claims(self, results: Results) -> list[Claim]:
         """R5: the CF methods do not consistently beat FedAvg on CF; §8: FedAKD's CF beats FedAvg's in ≥ 8/10."""
-        acc, d = results.value, self.definition
         columns = results.table("table1")
-
-        def pairs(method: str) -> list[tuple[float, float]]:
-            return [(a, b) for c in columns if (a := acc(method, c, "cf")) is not None
-                    and (b := acc("fedavg", c, "cf")) is not None]
-
-        measured = {m: p for m in CF_METHODS if (p := pairs(m))}
-        mine = pairs("fedakd")
         return [
-            Claim("The CF methods (CFFL, CGSV, FedAVE, FedSAC) do not consistently beat FedAvg on CF under covariate "
-                  "shift: each has a Table-1 column where FedAvg's CF is at least its own (R5)",
-                  None if not measured else all(sum(a > b for a, b in p) < len(p) for p in measured.values()),
-                  ", ".join(f"{d.label(m)} beats FedAvg {sum(a > b for a, b in p)}/{len(p)}" for m, p in measured.items())
-                  or "—"),
-            Claim("FedAKD's CF beats FedAvg's in at least 8 of 10 Table-1 columns (§8)",
-                  None if not mine else sum(a > b for a, b in mine) >= 0.8 * len(mine),
-                  f"{sum(a > b for a, b in mine)}/{len(mine)}" if mine else "—"),
+            grouped_claim("The CF methods (CFFL, CGSV, FedAVE, FedSAC) do not consistently beat FedAvg on CF under "
+                          "covariate shift: each has a Table-1 column where FedAvg's CF is at least its own (R5)",
+                          results, [[results.beats("fedavg", m, c, "cf", strict=False) for c in columns]
+                                    for m in CF_METHODS], ALL, ANY),
+            claim("FedAKD's CF beats FedAvg's in at least 8 of 10 Table-1 columns (§8)", results,
+                  [results.beats("fedakd", "fedavg", c, "cf") for c in columns], Need(0.8), rests_on=SELECTION),
         ]
 
     def _ablation_claims(self, results: Results) -> list[Claim]:
-        """R9 on every Table-4 column: CF Full ≥ Correct-Agg > All-Data > Single-Dist; Single-Dist's Avg lowest."""
-        acc = results.value
-        columns = results.table("table4")
-        order_ok, order_n, low_ok, low_n = 0, 0, 0, 0
-        for column in columns:
-            cf = [acc(m, column, "cf") for m in ABLATION_ORDER]
-            if None not in cf:
-                order_n += 1
-                full, correct, all_data, single = cf  # type: ignore[misc]
-                order_ok += full >= correct > all_data > single
-            avg = {m: acc(m, column, "avg") for m in ABLATION_ORDER}
-            if None not in avg.values():
-                low_n += 1
-                low_ok += min(avg, key=lambda m: avg[m]) == "fedakd_single_dist"  # type: ignore[arg-type,return-value]
-        return [Claim("Table 4: CF orders Full ≥ Correct-Agg. > All-Data > Single-Dist (R9)",
-                      None if not order_n else order_ok == order_n, f"{order_ok}/{order_n}"),
-                Claim("Table 4: Single-Dist has the lowest Avg of the four (R9)",
-                      None if not low_n else low_ok == low_n, f"{low_ok}/{low_n}")]
+        """R9 on every Table-4 column: CF Full ≥ Correct-Agg. > All-Data > Single-Dist; Single-Dist's Avg lowest."""
+        beats, columns = results.beats, results.table("table4")
+        full, correct, all_data, single = ABLATION_ORDER
+        return [grouped_claim("Table 4: CF orders Full ≥ Correct-Agg. > All-Data > Single-Dist (R9)", results,
+                              [[beats(full, correct, c, "cf", strict=False), beats(correct, all_data, c, "cf"),
+                                beats(all_data, single, c, "cf")] for c in columns], rests_on=SELECTION),
+                grouped_claim("Table 4: Single-Dist has the lowest Avg of the four (R9)", results,
+                              [[beats(m, single, c, "avg") for m in ABLATION_ORDER[:-1]] for c in columns])]
 
     def _time_claims(self, results: Results) -> list[Claim]:
         """R8: under FedAKD's wall-clock budget FedAKD keeps the best CF, Max and Avg; §5.4 (FedAKD is the
-        slowest per round) means every other method completes at least FedAKD's rounds."""
-        acc = results.value
-        claims = [self._best_claim(results, "table3", "Table 3: under the same wall-clock time FedAKD keeps the best "
-                                   "CF, Max and Avg (R8)", tuple(m for m in TABLE1_METHODS if m != "standalone"))]
-        fewer, measured = [], 0
-        for column in results.table("table3"):
-            own = acc("fedakd", column, "rounds")
-            for method in TABLE1_METHODS[1:-1]:
-                rounds = acc(method, column, "rounds")
-                if own is None or rounds is None:
-                    continue
-                measured += 1
-                if rounds < own:
-                    fewer.append(f"{self.definition.label(method)} {rounds:.0f} < {own:.0f}")
-        claims.append(Claim("Table 3: every baseline completes at least FedAKD's rounds in FedAKD's time (FedAKD has "
-                            "the highest per-round time, §5.4)", None if not measured else not fewer,
-                            f"{measured - len(fewer)}/{measured}" + (f"; fewer: {', '.join(fewer)}" if fewer else "")))
-        return claims
+        slowest per round) means every other method completes at least FedAKD's rounds (rounds are whole: at least
+        is more than half a round fewer)."""
+        return [grouped_claim("Table 3: under the same wall-clock time FedAKD keeps the best CF, Max and Avg (R8)",
+                              results, self.best_cells(results, "table3",
+                                                       tuple(m for m in TABLE1_METHODS if m != "standalone")),
+                              rests_on=SELECTION),
+                claim("Table 3: every baseline completes at least FedAKD's rounds in FedAKD's time (FedAKD has the "
+                      "highest per-round time, §5.4)", results,
+                      [self._at_least_rounds(results, m, c) for c in results.table("table3")
+                       for m in TABLE1_METHODS[1:-1]])]
+
+    @staticmethod
+    def _at_least_rounds(results: Results, method: str, column: ReportColumn) -> Comparison | None:
+        mine, own = results.sample(method, column, "rounds"), results.sample("fedakd", column, "rounds")
+        return None if mine is None or own is None else Comparison(mine, own, True, -0.5, strict=False)
 
     def sections(self, suite: SuiteView, ours: Results) -> list[Section]:
         """Table 2 (not reproducible, with its printed values) and Table 3's seconds per round and rounds."""

@@ -1,17 +1,19 @@
 """FedAL (arXiv:2311.16584): Tables IV-IX, the end points of Figs. 7, 10, 11 and the curves of Figs. 7-11
-(``paper.yaml``), and the paper's claims (pipelines/fedal/NOTES.md §5.1, §5.3, §7.2) as pass/fail lines.
+(``paper.yaml``), and the paper's claims (pipelines/fedal/NOTES.md §5.1, §5.3, §7.2).
 
 The ``paper`` profile's settings are the paper's columns (``svhn-a5`` …). The ``proxy`` (digits) and
 ``smoke`` (fabricated 3×32×32) profiles' columns are analogues (``het-a5-t6`` stands for Table VI's
-SVHN α = 5, …), compared with the paper by rank and by these claims, not by value. "Beats", "first",
-"rises" are strict (>), as in the FedHKD module; a claim with no column here is "not measured".
+SVHN α = 5, …), compared with the paper by rank and by these claims, not by value. On the printed tables "beats",
+"first", "rises" are strict (>); on ours each claim is judged by the paired tests of bench/suites/verdicts.py
+(docs/verdicts.md); a claim with no column here is "not measured".
 """
 from __future__ import annotations
 
 from pathlib import Path
 
 from bench.models.paper_configs import CLIENT_MODEL, PaperConfig, printed
-from bench.suites.paper import Claim, Paper, PaperDefinition, ReportColumn, Results, Section, SuiteView, pairs_claim
+from bench.suites.paper import (Claim, Comparison, Paper, PaperDefinition, ReportColumn, Results, Sample, Section,
+                                SuiteView, claim, grouped_claim)
 from bench.suites.plugins import register_paper
 
 BLACK_BOX = ("table4", "table5", "table6", "table7")  # the black-box comparison tables
@@ -35,69 +37,73 @@ FEDDF_AL_DESIGN = Section(
      ["τ, E_adv", "15, 2", "15 local and 15 distillation steps a round, E_adv = 2", "—"]])
 
 
+ADVERSARIAL = (("fedal", "disc_acc"), ("fedal", "adv_share"))  # the claims on FedAL's adversarial term rest on it
+
+
 class FedAL(Paper):
     def claims(self, results: Results) -> list[Claim]:
+        """Each claim as comparisons of cells (bench/suites/paper.py: paired on a column's seeds, unpaired across
+        columns), judged on ours by the rule of bench/suites/verdicts.py; those on FedAL's adversarial term rest on its
+        discriminator and gradient diagnostics (FedDF-AL records none yet)."""
         d = self.definition
-        acc = results.value
+        beats = results.beats
 
-        def best_other(method: str, column: ReportColumn, table: str) -> float | None:
-            values = [acc(m, column, "acc") for m in d.rows(table) if m != method]
-            present = [v for v in values if v is not None]
-            return max(present) if present else None
+        def others(method: str, table: str, column: ReportColumn) -> list[Comparison | None]:
+            return [beats(method, m, column, "acc") for m in d.rows(table) if m != method]
 
-        def column(key: str) -> ReportColumn | None:
-            return results.column(key)
+        def rises(method: str, lower: ReportColumn | None, upper: ReportColumn | None) -> Comparison | None:
+            a, b = results.sample(method, upper, "acc"), results.sample(method, lower, "acc")
+            return None if a is None or b is None else Comparison(a, b)
 
-        def gap(key: str) -> float | None:  # FedAL − FedMD in our column standing for this paper column
-            a, b = acc("fedal", column(key), "acc"), acc("fedmd_fedal", column(key), "acc")
+        def gap(key: str) -> Sample | None:  # FedAL − FedMD, per seed, in our column standing for this paper column
+            a, b = (results.sample(m, results.column(key), "acc") for m in ("fedal", "fedmd_fedal"))
             return None if a is None or b is None else a - b
+
+        def wider(a: Sample | None, b: Sample | None) -> Comparison | None:
+            return None if a is None or b is None else Comparison(a, b)
 
         black_box = [(c, t) for t in BLACK_BOX for c in results.table(t)]
         table5 = results.table("table5")
         below_fedmd = [c for c in table5] + [c for c in results.table("table4")
                                              if set(c.stands_for) & {"celeba-n50", "celeba-n100"}]
-        ablation = results.table("table8")
         sizes = results.table("table9")
+        celeba = results.table("table4")
         return [
-            pairs_claim("FedAL is first in every column of the black-box Tables IV-VII (§5.1; R2, R5-R7)",
-                        [(acc("fedal", c, "acc"), best_other("fedal", c, t)) for c, t in black_box], "all"),
-            pairs_claim("FedAL beats FedMD in every column of Tables IV-VII (the AL and LF components)",
-                        [(acc("fedal", c, "acc"), acc("fedmd_fedal", c, "acc")) for c, _ in black_box], "all"),
-            pairs_claim("FedMD is second on CINIC-10: above every baseline but FedAL in Table V (R6)",
-                        [(acc("fedmd_fedal", c, "acc"), max((v for m in d.rows("table5")
-                                                             if m not in ("fedal", "fedmd_fedal")
-                                                             and (v := acc(m, c, "acc")) is not None),
-                                                            default=None)) for c in table5], "all"),
-            pairs_claim("CFD, FCCL and FCCL+ are below FedMD on CINIC-10 and on CelebA N = 50, 100 (summary)",
-                        [(acc("fedmd_fedal", c, "acc"), acc(m, c, "acc")) for c in below_fedmd
-                         for m in ("cfd", "fccl", "fcclplus")], "all"),
-            pairs_claim("Ablation ordering: FedAL > FedMD-LF > FedMD (Table VIII, R1)",
-                        [pair for c in ablation for pair in ((acc("fedal", c, "acc"), acc("fedmd_lf", c, "acc")),
-                                                             (acc("fedmd_lf", c, "acc"), acc("fedmd_fedal", c, "acc")))],
-                        "all"),
-            pairs_claim("Accuracy rises with the public-set size: FedMD's and FedAL's, at every step of Table IX (R3)",
-                        [(acc(m, b, "acc"), acc(m, a, "acc")) for m in ("fedmd_fedal", "fedal")
-                         for a, b in zip(sizes, sizes[1:])], "all"),
-            pairs_claim("FedAL beats FedMD at every public-set size (Table IX, R3)",
-                        [(acc("fedal", c, "acc"), acc("fedmd_fedal", c, "acc")) for c in sizes], "all"),
-            pairs_claim("The FedAL − FedMD gap is largest at the smallest public set (Table IX, R3: +0.08 at 200)",
-                        [(gap(sizes[0].stands_for[0]), gap(c.stands_for[0])) for c in sizes[1:]] if sizes else [],
-                        "all"),
-            pairs_claim("The FedAL − FedMD gap is wider at α = 1 than at α = 5 (SVHN, CIFAR-10, CINIC-10; §5.1 notes)",
-                        [(gap(f"{ds}-a1"), gap(f"{ds}-a5")) for ds in ("svhn", "cifar10", "cinic10")
-                         if column(f"{ds}-a1") != column(f"{ds}-a5")], "all"),
-            pairs_claim("CelebA: FedAL and FedMD improve with the number of clients N = 20, 50, 100 (R7)",
-                        [(acc(m, b, "acc"), acc(m, a, "acc")) for m in ("fedal", "fedmd_fedal")
-                         for a, b in zip(results.table("table4"), results.table("table4")[1:])], "all"),
-            pairs_claim("FedDF-AL ≥ FedDF at the end of every α panel (Fig. 10, R9; ours: strictly above)",
-                        [(acc("feddf_al", c, "acc"), acc("feddf", c, "acc")) for c in results.table("figure10")],
-                        "all"),
-            pairs_claim("FedAL ends above FedMD, FedProto, CFD, FCCL and FCCL+ with homogeneous WRN-10-1 (Fig. 11, R8)",
-                        [(acc("fedal", c, "acc"), acc(m, c, "acc")) for c in results.table("figure11")
-                         for m in ("fedmd_fedal", "fedproto_fedal", "cfd", "fccl", "fcclplus")], "all"),
-            pairs_claim("FedAL ends above FedMD and FedProto on MNIST (Fig. 7, R10; at equal iterations)",
-                        [(acc("fedal", c, "acc"), acc(m, c, "acc")) for c in results.table("figure7")
-                         for m in ("fedmd_fedal", "fedproto_fedal")], "all"),
+            grouped_claim("FedAL is first in every column of the black-box Tables IV-VII (§5.1; R2, R5-R7)", results,
+                          [others("fedal", t, c) for c, t in black_box], rests_on=ADVERSARIAL),
+            claim("FedAL beats FedMD in every column of Tables IV-VII (the AL and LF components)", results,
+                  [beats("fedal", "fedmd_fedal", c, "acc") for c, _ in black_box], rests_on=ADVERSARIAL),
+            grouped_claim("FedMD is second on CINIC-10: above every baseline but FedAL in Table V (R6)", results,
+                          [[beats("fedmd_fedal", m, c, "acc") for m in d.rows("table5")
+                            if m not in ("fedal", "fedmd_fedal")] for c in table5]),
+            claim("CFD, FCCL and FCCL+ are below FedMD on CINIC-10 and on CelebA N = 50, 100 (summary)", results,
+                  [beats("fedmd_fedal", m, c, "acc") for c in below_fedmd for m in ("cfd", "fccl", "fcclplus")]),
+            claim("Ablation ordering: FedAL > FedMD-LF > FedMD (Table VIII, R1)", results,
+                  [pair for c in results.table("table8") for pair in (beats("fedal", "fedmd_lf", c, "acc"),
+                                                                      beats("fedmd_lf", "fedmd_fedal", c, "acc"))],
+                  rests_on=ADVERSARIAL),
+            claim("Accuracy rises with the public-set size: FedMD's and FedAL's, at every step of Table IX (R3)",
+                  results, [rises(m, a, b) for m in ("fedmd_fedal", "fedal") for a, b in zip(sizes, sizes[1:])]),
+            claim("FedAL beats FedMD at every public-set size (Table IX, R3)", results,
+                  [beats("fedal", "fedmd_fedal", c, "acc") for c in sizes], rests_on=ADVERSARIAL),
+            claim("The FedAL − FedMD gap is largest at the smallest public set (Table IX, R3: +0.08 at 200)", results,
+                  [wider(gap(sizes[0].stands_for[0]), gap(c.stands_for[0])) for c in sizes[1:]] if sizes else [],
+                  rests_on=ADVERSARIAL),
+            claim("The FedAL − FedMD gap is wider at α = 1 than at α = 5 (SVHN, CIFAR-10, CINIC-10; §5.1 notes)",
+                  results, [wider(gap(f"{ds}-a1"), gap(f"{ds}-a5")) for ds in ("svhn", "cifar10", "cinic10")
+                            if results.column(f"{ds}-a1") != results.column(f"{ds}-a5")], rests_on=ADVERSARIAL),
+            claim("CelebA: FedAL and FedMD improve with the number of clients N = 20, 50, 100 (R7)", results,
+                  [rises(m, a, b) for m in ("fedal", "fedmd_fedal") for a, b in zip(celeba, celeba[1:])]),
+            claim("FedDF-AL ≥ FedDF at the end of every α panel (Fig. 10, R9; ours: strictly above)", results,
+                  [beats("feddf_al", "feddf", c, "acc") for c in results.table("figure10")]),
+            claim("FedAL ends above FedMD, FedProto, CFD, FCCL and FCCL+ with homogeneous WRN-10-1 (Fig. 11, R8)",
+                  results, [beats("fedal", m, c, "acc") for c in results.table("figure11")
+                            for m in ("fedmd_fedal", "fedproto_fedal", "cfd", "fccl", "fcclplus")],
+                  rests_on=ADVERSARIAL),
+            claim("FedAL ends above FedMD and FedProto on MNIST (Fig. 7, R10; at equal iterations)", results,
+                  [beats("fedal", m, c, "acc") for c in results.table("figure7")
+                   for m in ("fedmd_fedal", "fedproto_fedal")],
+                  rests_on=ADVERSARIAL),
         ]
 
 

@@ -12,8 +12,9 @@ import math
 from pathlib import Path
 
 from bench.models.paper_configs import CLIENT_MODEL, FEATURE_GENERATOR, PaperConfig, printed
-from bench.suites.paper import (TIME_RATIO, Claim, Paper, PaperDefinition, ReportColumn, Results, Section,
-                                SuiteView, pairs_claim, range_claim, stated_claim)
+from bench.suites.paper import (TIME_RATIO, Claim, Comparison, Paper, PaperDefinition, ReportColumn, Results, Sample,
+                                Section, SuiteView, claim, grouped_claim, range_claim)
+from bench.suites.verdicts import MOST, Need
 from bench.suites.plugins import register_paper
 
 BETA_PAIRS = [(f"{d}-b0.2", f"{d}-b5") for d in ("cifar10", "svhn")]  # Table 2: the same data at β = 0.2 and 5
@@ -24,6 +25,13 @@ STATED_GAINS = {  # §4.2 "Accuracy comparison" (spec §6.1): FedHKD's relative 
     **{(f"cifar10-m{m}", "global"): g for m, g in zip((10, 20, 50), (14.5, 9.9, 45.6))},
     **{(f"cifar100-m{m}", "local"): g for m, g in zip((10, 20, 50), (26.3, 23.6, 26.9))},
 }
+
+KNOWLEDGE = (("fedhkd", "knowledge_share"),)  # FedHKD's claims rest on its hyper-knowledge moving the local loss
+TIME_CLAIMS = (  # (claim, method, lower, upper bound of its time per round as a ratio to FedAvg's)
+    ("MOON takes ≳ 2× FedAvg's time per round (§10 c: ≥ 1.95×)", "moon", 1.95, None),
+    ("FedAlign takes ≳ 2× FedAvg's time per round (§10 c: ≥ 1.95×)", "fedalign", 1.95, None),
+    ("FedMD takes about twice FedAvg's time per round (§4.2; \"about\": 2× ± 25 %, 1.5–2.5×)", "fedmd", 1.5, 2.5),
+    ("FedHKD's time per round is at most ~1.5× FedAvg's (§10 c: ≤ 1.5×)", "fedhkd", None, 1.5))
 
 
 class FedHKD(Paper):
@@ -41,63 +49,63 @@ class FedHKD(Paper):
         return None if group is None else self.definition.extra("time_s", group, method)
 
     def claims(self, results: Results) -> list[Claim]:
-        """The paper's claims (§4.2 text, §6.1, §10 acceptance criteria (b)-(d)), checked on ``results``.
-        "Beats", "better", "improves" are strict (>); the time ratios use the tolerances their texts state."""
+        """The paper's claims (§4.2 text, §6.1, §10 acceptance criteria (b)-(d)), each as comparisons of cells
+        (bench/suites/paper.py), judged on ours by the rule of bench/suites/verdicts.py. On the printed tables
+        "beats", "better", "improves" are strict (>) and a rank counts ties as not beaten; the time ratios use the
+        tolerances their texts state. Claims on FedHKD against others rest on its knowledge diagnostic."""
         d = self.definition
         cols1 = results.table("table1")
         svhn = [c for c in cols1 if "svhn" in results.groups(c)]
         beta_pairs = list(dict.fromkeys((results.column(b02), results.column(b5)) for b02, b5 in BETA_PAIRS))
-        acc = results.value
+        beats = results.beats
 
-        def gap(column: ReportColumn | None) -> float | None:  # FedHKD's global accuracy minus FedProto's
-            a, b = acc("fedhkd", column, "global"), acc("fedproto", column, "global")
+        def gap(column: ReportColumn | None) -> Sample | None:  # FedHKD's global accuracy minus FedProto's, per seed
+            a, b = results.sample("fedhkd", column, "global"), results.sample("fedproto", column, "global")
             return None if a is None or b is None else a - b
 
-        def best(methods: list[str], column: ReportColumn, measure: str) -> float | None:  # None: one is missing
-            values = [acc(m, column, measure) for m in methods]
-            return None if None in values else max(v for v in values if v is not None)
+        def wider(a: Sample | None, b: Sample | None) -> Comparison | None:
+            return None if a is None or b is None else Comparison(a, b)
 
-        def time_ratio(method: str) -> float | None:
-            return results.mean(method, TIME_RATIO, "table1")
+        def higher_at(method: str, better: ReportColumn | None, worse: ReportColumn | None) -> Comparison | None:
+            a, b = results.sample(method, better, "local"), results.sample(method, worse, "local")
+            return None if a is None or b is None else Comparison(a, b)
 
-        ranks = [r for c in results.columns for m in ("local", "global") if (r := results.rank(d.proposed, c, m))]
+        def top_two(column: ReportColumn, measure: str) -> list[Comparison | None]:
+            return [beats(d.proposed, m, column, measure, strict=False)
+                    for m in d.rows(column.table) if m != d.proposed]
+
         return [
-            pairs_claim("FedHKD's local accuracy beats FedAvg's in every Table-1 column (§4.2, §10 b)",
-                        [(acc("fedhkd", c, "local"), acc("fedavg", c, "local")) for c in cols1], "all"),
-            pairs_claim("FedHKD's global accuracy beats FedAvg's in most Table-1 columns (§4.2, §10 b)",
-                        [(acc("fedhkd", c, "global"), acc("fedavg", c, "global")) for c in cols1], "most"),
-            stated_claim("FedHKD's gain over FedAvg is at least the stated one (§4.2: SVHN local +19.5/+14.3/+20.6 %, "
-                         "global +37.0/+15.6/+39.5 %; CIFAR-10 local +5.1/+8.9/+14.5 %, global +14.5/+9.9/+45.6 %; "
-                         "CIFAR-100 local +26.3/+23.6/+26.9 %; less 0.05 point of rounding; paper columns only)",
-                         [(f"{d.column(key).label} {measure}", _gain(results, key, measure), stated)
-                          for (key, measure), stated in STATED_GAINS.items()], 0.05),
-            pairs_claim("FedGen is worse than FedAvg, local and global"
-                        + (" on SVHN" if results.by_value else " (the paper: on SVHN)") + " (§6.1 i, §10 c)",
-                        [(acc("fedavg", c, m), acc("fedgen", c, m)) for c in svhn for m in ("local", "global")], "all"),
-            pairs_claim("FedHKD* has a better global accuracy than FedProto (§4.2, §6.1)",
-                        [(acc("fedhkd_star", c, "global"), acc("fedproto", c, "global")) for c in cols1], "most"),
-            *(pairs_claim(f"FedAlign beats FedProx and MOON, local and global, {where} (§4.2; §6.1 ii reads it "
-                          "on SVHN)",
-                          [(acc("fedalign", c, m), best(["fedprox", "moon"], c, m))
-                           for c in columns for m in ("local", "global")], "all")
+            claim("FedHKD's local accuracy beats FedAvg's in every Table-1 column (§4.2, §10 b)", results,
+                  [beats("fedhkd", "fedavg", c, "local") for c in cols1], rests_on=KNOWLEDGE),
+            claim("FedHKD's global accuracy beats FedAvg's in most Table-1 columns (§4.2, §10 b)", results,
+                  [beats("fedhkd", "fedavg", c, "global") for c in cols1], MOST, rests_on=KNOWLEDGE),
+            claim("FedHKD's gain over FedAvg is at least the stated one (§4.2: SVHN local +19.5/+14.3/+20.6 %, "
+                  "global +37.0/+15.6/+39.5 %; CIFAR-10 local +5.1/+8.9/+14.5 %, global +14.5/+9.9/+45.6 %; "
+                  "CIFAR-100 local +26.3/+23.6/+26.9 %; less 0.05 point of rounding; paper columns only)", results,
+                  [_gain(results, key, measure, stated - 0.05) for (key, measure), stated in STATED_GAINS.items()],
+                  rests_on=KNOWLEDGE),
+            claim("FedGen is worse than FedAvg, local and global"
+                  + (" on SVHN" if results.by_value else " (the paper: on SVHN)") + " (§6.1 i, §10 c)", results,
+                  [beats("fedavg", "fedgen", c, m) for c in svhn for m in ("local", "global")]),
+            claim("FedHKD* has a better global accuracy than FedProto (§4.2, §6.1)", results,
+                  [beats("fedhkd_star", "fedproto", c, "global") for c in cols1], MOST,
+                  rests_on=(("fedhkd_star", "knowledge_share"),)),
+            *(grouped_claim(f"FedAlign beats FedProx and MOON, local and global, {where} (§4.2; §6.1 ii reads it "
+                            "on SVHN)", results,
+                            [[beats("fedalign", b, c, m) for b in ("fedprox", "moon")] for c in columns
+                             for m in ("local", "global")])
               for where, columns in (("in every Table-1 column", cols1),
                                      ("on SVHN" if results.by_value else "on the SVHN analogues", svhn))),
-            pairs_claim("Local accuracy is lower at β=5 than at β=0.2, for every method (§6.1 iii, §10 d)",
-                        [(acc(m, b02, "local"), acc(m, b5, "local")) for m in d.methods for b02, b5 in beta_pairs],
-                        "all"),
+            claim("Local accuracy is lower at β=5 than at β=0.2, for every method (§6.1 iii, §10 d)", results,
+                  [higher_at(m, b02, b5) for m in d.methods for b02, b5 in beta_pairs]),
             self._table2_claim(results),
-            pairs_claim("FedProto's global accuracy deteriorates at β=0.2: its gap to FedHKD is wider than at β=5 "
-                        "(§4.2, §6.1 v)", [(gap(b02), gap(b5)) for b02, b5 in beta_pairs], "all"),
-            range_claim("MOON takes ≳ 2× FedAvg's time per round (§10 c: ≥ 1.95×)", time_ratio("moon"), 1.95, None),
-            range_claim("FedAlign takes ≳ 2× FedAvg's time per round (§10 c: ≥ 1.95×)", time_ratio("fedalign"),
-                        1.95, None),
-            range_claim("FedMD takes about twice FedAvg's time per round (§4.2; \"about\": 2× ± 25 %, 1.5–2.5×)",
-                        time_ratio("fedmd"), 1.5, 2.5),
-            range_claim("FedHKD's time per round is at most ~1.5× FedAvg's (§10 c: ≤ 1.5×)", time_ratio("fedhkd"),
-                        None, 1.5),
-            Claim("FedHKD generally ranks best or second best (§4.2, §6.1)",
-                  sum(r <= 2 for r in ranks) > len(ranks) / 2 if ranks else None,
-                  f"top-2 in {sum(r <= 2 for r in ranks)}/{len(ranks)} cells"),
+            claim("FedProto's global accuracy deteriorates at β=0.2: its gap to FedHKD is wider than at β=5 "
+                  "(§4.2, §6.1 v)", results, [wider(gap(b02), gap(b5)) for b02, b5 in beta_pairs], rests_on=KNOWLEDGE),
+            *(range_claim(text, results, results.pooled(method, TIME_RATIO, "table1"), low, high)
+              for text, method, low, high in TIME_CLAIMS),
+            grouped_claim("FedHKD generally ranks best or second best (§4.2, §6.1)", results,
+                          [top_two(c, m) for c in results.columns if d.proposed in d.rows(c.table)
+                           for m in ("local", "global")], MOST, Need(but=1), rests_on=KNOWLEDGE),
         ]
 
     def _table2_claim(self, results: Results) -> Claim:
@@ -105,22 +113,11 @@ class FedHKD(Paper):
         surpassing other methods except FedMD on SVHN dataset for β = 5": FedHKD beats every other row
         in every Table-2 cell, FedMD excepted where every column the cell stands for is SVHN β=5."""
         d = self.definition
-        cells, misses = 0, []
-        for column in results.table("table2"):
-            for measure in ("local", "global"):
-                mine = results.value(d.proposed, column, measure)
-                excepted = {"fedmd"} if set(column.stands_for) == {"svhn-b5"} else set()
-                others = {m: v for m in d.methods if m != d.proposed and m not in excepted
-                          and (v := results.value(m, column, measure)) is not None}
-                if mine is None or not others:
-                    continue
-                cells += 1
-                best = max(others, key=others.__getitem__)
-                if others[best] >= mine:
-                    misses.append(f"{column.label} {measure}: {d.label(best)} {others[best]:.4f} ≥ {mine:.4f}")
-        return Claim("FedHKD beats every other method in every Table-2 cell, except FedMD on SVHN β=5 (§4.2)",
-                     None if not cells else not misses,
-                     f"{cells - len(misses)}/{cells}" + (f"; not best: {'; '.join(misses)}" if misses else ""))
+        cells = [[results.beats(d.proposed, m, column, measure) for m in d.methods if m != d.proposed
+                  and not (m == "fedmd" and set(column.stands_for) == {"svhn-b5"})]
+                 for column in results.table("table2") for measure in ("local", "global")]
+        return grouped_claim("FedHKD beats every other method in every Table-2 cell, except FedMD on SVHN β=5 (§4.2)",
+                             results, cells, rests_on=KNOWLEDGE)
 
     def sections(self, suite: SuiteView, ours: Results) -> list[Section]:
         """Table 1's Params and Time columns: ours beside the paper's, per dataset."""
@@ -169,14 +166,14 @@ def parameter_counts(suite: SuiteView, datasets: list[str]) -> dict[str, dict[st
     return out
 
 
-def _gain(results: Results, paper_column: str, measure: str) -> float | None:
-    """FedHKD's relative gain over FedAvg in %, in our column that is this paper column itself (None for
-    an analogue: gains are per dataset, §4.2)."""
+def _gain(results: Results, paper_column: str, measure: str, stated: float) -> Comparison | None:
+    """FedHKD's relative gain over FedAvg is at least ``stated`` %: FedHKD ≥ (1 + stated/100)·FedAvg, per seed, in
+    our column that is this paper column itself (None for an analogue: gains are per dataset, §4.2)."""
     column = results.column(paper_column)
     if column is None or not column.exact:
         return None
-    ratio = _ratio(results.value("fedhkd", column, measure), results.value("fedavg", column, measure))
-    return None if ratio is None else 100 * (ratio - 1)
+    a, b = results.sample("fedhkd", column, measure), results.sample("fedavg", column, measure)
+    return None if a is None or b is None else Comparison(a, (1 + stated / 100) * b, strict=False)
 
 
 def _ratio(a: float | None, b: float | None) -> float | None:

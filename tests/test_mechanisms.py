@@ -1,0 +1,75 @@
+"""Mechanism diagnostics (bench/engine/mechanisms.py): each method that declares a mechanism records its diagnostic
+every round, and computing it changes nothing else — a run's every other record is bitwise what it is with the
+diagnostic's computation stubbed out (no random draw, no training step, no BatchNorm statistics moved). The
+report's table reads them from records, says "not recorded" for runs without them, and marks a claim resting on
+an inert mechanism "not exercised" (tests/test_verdicts.py)."""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bench.algorithms import dafkd, fedal, fedftg, fedgen, fedhkd, get_algorithm
+from bench.engine.mechanisms import Mechanism
+from bench.runner.federation import run_federation
+from bench.suites.mechanisms import MechanismCell, run_mean
+from bench.suites.statistics import Records
+from tests.test_communication import CASES
+
+STUBS: dict[str, list[tuple[Any, str]]] = {  # per method, the functions computing its diagnostics
+    "fedal": [(fedal, "client_recognition"), (fedal.FedAL, "adversarial_share")],
+    "dafkd": [(dafkd, "class_coverage")],
+    "fedgen": [(fedgen, "teacher_fidelity")],
+    "fedftg": [(fedftg, "named_share")],
+    "fedhkd": [(fedhkd, "knowledge_share")],
+}
+DIAGNOSTICS = {"fedal": {"disc_acc", "adv_share", "disc_chance"}, "dafkd": {"gen_coverage", "alpha_entropy_uniform"},
+               "fedgen": {"gen_fidelity", "gen_chance"}, "fedftg": {"gen_fidelity", "gen_chance"},
+               "fedhkd": {"knowledge_share"}}
+
+
+def records(result: Any, leave_out: set[str]) -> list[tuple]:
+    """Every record but the diagnostics, NaN spelled out so that two NaNs compare equal."""
+    return [(round_, metric, client, "nan" if math.isnan(value) else value)
+            for round_, metric, client, value in result.records if metric not in leave_out]
+
+
+@pytest.mark.parametrize("name", sorted(STUBS))
+def test_recording_a_diagnostic_changes_no_other_record(name: str, data_dir: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    config, _ = CASES[name]
+    declared = get_algorithm(name).mechanisms(get_algorithm(name).Params.model_validate(config().algorithm.params))
+    assert declared, f"{name} declares its mechanisms"
+    with_diagnostics = run_federation(config(), data_dir)
+    recorded = {metric for _, metric, _, _ in with_diagnostics.records}
+    assert {m.metric for m in declared} <= recorded  # each declared diagnostic is recorded
+    for owner, function in STUBS[name]:
+        monkeypatch.setattr(owner, function, lambda *args, **kwargs: -1.0)
+    without = run_federation(config(), data_dir)
+    stubbed = {metric for _, metric, _, value in without.records if value == -1.0}
+    assert stubbed & {m.metric for m in declared}  # the stub did replace the diagnostic
+    assert records(with_diagnostics, DIAGNOSTICS[name]) == records(without, DIAGNOSTICS[name])
+    assert [c.get("global_acc") for c in with_diagnostics.curves] == [c.get("global_acc") for c in without.curves]
+
+
+CHANCE = Mechanism("tells the clients apart", "disc_acc", "disc_chance", "above", 0.25, relative=True)
+
+
+def test_a_mechanism_is_active_inert_mixed_or_not_recorded() -> None:
+    def cell(values: dict[int, float]) -> MechanismCell:
+        return MechanismCell("fedal", "s", CHANCE, values, {seed: 0.125 for seed in values})
+
+    assert CHANCE.threshold(0.125) == pytest.approx(0.15625)
+    assert cell({0: 0.5, 1: 0.3}).status == "active"
+    assert cell({0: 0.125, 1: 0.13}).status == "inert"  # at chance (1/8) on both seeds
+    assert cell({0: 0.5, 1: 0.13}).status == "mixed"
+    assert cell({}).status == "not recorded"  # a run trained before the diagnostic existed
+
+
+def test_a_run_without_the_diagnostic_reads_as_not_recorded() -> None:
+    pinned_like = Records.from_csv("round,metric,client,value\n1,train_loss,,0.5\n2,train_loss,,0.4\n", "x")
+    assert run_mean(pinned_like, "disc_acc") is None
+    recorded = Records.from_csv("round,metric,client,value\n1,disc_acc,,0.2\n2,disc_acc,,0.4\n", "x")
+    assert run_mean(recorded, "disc_acc") == pytest.approx(0.3)
