@@ -163,6 +163,15 @@ def dafkd(code: bool) -> Callable[[Run, int], tuple[float, float]]:
     return count
 
 
+def bn_clients(run: Run, t: int) -> tuple[float, float]:
+    """DaFKD with ``student_bn_stats: clients``: besides its exchange, each of the 3 clients receives φ and h_c again
+    and sends each BatchNorm layer's running mean and variance (float32) back."""
+    up, down = dafkd(code=False)(run, t)
+    head = sum(state_bytes({k: v}) for k, v in run.model.state_dict().items() if k.startswith("discriminator."))
+    statistics = sum(4 * v.numel() for k, v in run.model.state_dict().items() if k.endswith(("_mean", "_var")))
+    return up + 3 * statistics, down + 3 * (run.S - head)
+
+
 CASES: dict[str, tuple[Callable[[], ExperimentConfig], Callable[[Run, int], tuple[float, float]]]] = {
     "fedavg": (lambda: digits({"name": "fedavg"}), averaging()),
     "fedprox": (lambda: digits({"name": "fedprox"}), averaging()),
@@ -199,6 +208,7 @@ CASES: dict[str, tuple[Callable[[], ExperimentConfig], Callable[[Run, int], tupl
     "fedsac-code": (lambda: digits({"name": "fedsac", "mode": "code", "contribution_epochs": 1}), fedsac),
     "dafkd": (lambda: dafkd_config(rounds=2), dafkd(code=False)),
     "dafkd-code": (lambda: dafkd_config(rounds=2, mode="code"), dafkd(code=True)),
+    "dafkd-bn_clients": (lambda: dafkd_config(rounds=2, student_bn_stats="clients"), bn_clients),
     "fd": (lambda: fedal_config(algorithm={"name": "fd"}, training={"rounds": 2}),  # K × K label means + K counts
            lambda run, t: (4 * (K * K + K) * 4, 4 * (K * K + K) * 4 if t > 1 else 0)),
     "feddf": (lambda: fedal_config(algorithm={"name": "feddf"}, training={"rounds": 2}), groups),

@@ -29,15 +29,21 @@ discriminator D_k (``dafkd_discriminator``, the official ``model/gan.py``; persi
 in full, common initial weights) plays Eqs. 2-3 against G_k and gives α̂. Other readings, each a
 parameter: the conditional generator G-cond fed a random label (``generator: cond``, A6), the literal
 saturating Eq. 3 (``gen_loss: saturating``, A7), distillation without the first-round skip
-(``skip_first_distill: false``), ŵ's averaged BatchNorm running statistics kept through distillation
-(``student_bn_stats: averaged``; by default, as in §1.7.12, A11 and [C], the student's train-mode forwards on
-D̂^g overwrite them — on the digits proxy, whose generated samples are far from the data, that alone costs the
-distilled model more than its updates gain, see pipelines/dafkd/README.md). E counts epochs or steps as the
-run's ``training`` section says (A1).
+(``skip_first_distill: false``), and the BatchNorm statistics the distilled model carries, the rule shared with
+FedDF, FedFTG and FedGen (``student_bn_stats``, bench/algorithms/server_bn.py, A27): by default, as in §1.7.12 and
+A11, as the student's train-mode forwards on D̂^g left them — on the digits proxy, whose generated samples are far
+from the data, that alone costs the distilled model more than its updates gain; ``clients`` re-estimates them on the
+clients' training data, the recommended reading (pipelines/dafkd/README.md). E counts epochs or steps as the run's
+``training`` section says (A1).
 
-``mode: code`` switches to the released code's behaviour (§1.7, §1.8): the ten switches of :class:`DaFKDParams`,
+``mode: code`` switches to the released code's behaviour (§1.7, §1.8): the twelve switches of :class:`DaFKDParams`,
 each with its paper and code value; the code's local update is :class:`ReleasedLocalGAN`, apart from the paper's
-(:class:`LocalGAN`). The code's hyperparameters (lr 1e-4 local and distillation, no weight decay on the
+(:class:`LocalGAN`). Among them: the distilled model evaluated with test-set BatchNorm statistics (§1.7.17,
+``student_bn_stats: test`` — test data leaks into the evaluation), the broadcast generator that of the client that
+trained last whenever the server distils (§1.7.18, ``generator_broadcast``; with ``local_gan: early`` it takes no
+step after round 5), and one discriminator head passed from client to client in a seeded random order (§1.7.3,
+``head: shared``). Every client starts from the round's global model, as the code does on CUDA (§1.7.19); its CPU
+behaviour (each client starting from the previous client's model) is not reproduced. The code's hyperparameters (lr 1e-4 local and distillation, no weight decay on the
 classifier, 1e-4 on the generator) are the run's: the suite's code row sets them. The code's other protocol differences — its
 Dirichlet-partitioned, ``drop_last`` test loaders (§1.7.15), binarised MNIST-type images (A15), the
 2-D noise bug (§1.7.16) — are not reproduced. Every run logs the diagnostics of §6 R10 and §7: the
@@ -64,8 +70,8 @@ from torch import nn
 from torch.func import functional_call
 
 from bench.algorithms import register_algorithm
-from bench.algorithms.base import AveragingParams, ParameterAveraging
 from bench.algorithms.readings import ModeParams, reading
+from bench.algorithms.server_bn import BN_RULE_DOC, BNRule, ServerBNParams, ServerBNRule
 from bench.engine.aggregate import copy_state, load_state, weighted_average
 from bench.engine.distillation import soft_target_kl
 from bench.engine.evaluation import Evaluation
@@ -84,7 +90,7 @@ ENSEMBLE_ACC = Evaluation("ensemble_acc", "method", "global_test")
 UNIFORM_ENSEMBLE_ACC = Evaluation("uniform_ensemble_acc", "method", "global_test")
 PRE_KD_ACC = Evaluation("pre_kd_acc", "method", "global_test")
 
-class DaFKDParams(ModeParams, AveragingParams):
+class DaFKDParams(ModeParams, ServerBNParams):
     """DaFKD's hyperparameters (§1.4 profile P, A4, A5), the variants of Table 3, and the paper's and the released
     code's readings (§1.7)."""
 
@@ -134,9 +140,11 @@ class DaFKDParams(ModeParams, AveragingParams):
     server_bn: Literal["eval", "train"] = reading(
         "eval", "train", "§1.7.12, A11: the client models in eval mode for α̂ and the teacher; or in train mode "
         "(batch statistics; their buffers untouched)")
-    student_bn_stats: Literal["distilled", "averaged"] = Field(
-        "distilled", description="the student's BatchNorm running statistics after distillation: as its train-mode "
-                                 "forwards on D̂^g left them (§1.7.12, A11, [C]), or ŵ's averaged ones restored")
+    student_bn_stats: BNRule = reading(
+        "distilled", "test", "§1.7.17, A11, A27: " + BN_RULE_DOC + "; the code's: test-set passes after distillation")
+    generator_broadcast: Literal["averaged", "last_client"] = reading(
+        "averaged", "last_client", "§1.7.18: θ^g is Eq. 4's average every round; or, in every round the server "
+        "distils, the generator of the client that trained last (the code's one trainer object)", omitted=("paper",))
 
     @model_validator(mode="after")
     def _one_head_needs_the_shared_extractor(self) -> DaFKDParams:
@@ -443,7 +451,7 @@ class ReleasedLocalGAN(LocalGAN):
 
 
 @register_algorithm("dafkd")
-class DaFKD(ParameterAveraging[DaFKDClient, DaFKDServer, GeneratorBroadcast, DomainUpload]):
+class DaFKD(ServerBNRule[DaFKDClient, DaFKDServer, GeneratorBroadcast, DomainUpload]):
     """The broadcast carries θ^g (and the code's shared head) besides φ and h_c; the update G_k, D_k and the
     client's diagnostics besides φ, h_c and h_d^k."""
 
@@ -551,14 +559,18 @@ class DaFKD(ParameterAveraging[DaFKDClient, DaFKDServer, GeneratorBroadcast, Dom
         generator = server.state.generator
         assert generator is not None and server.model is not None
         metrics = client_diagnostics(updates, server.state.taken_in)
+        last = server.state.taken_in[-1] if server.state.taken_in else updates[-1].cid
         server.state.taken_in = []
         samples = self.distillation_set(round_index, generator) if p.distill_gen == "pre_round" else None
         super().aggregate(round_index, server, updates)
-        weights = [u.num_samples if p.weighting == "samples" else 1.0 for u in updates]
-        load_state(generator, weighted_average([u.payload.generator for u in updates], weights))
+        if p.generator_broadcast == "last_client" and self.server_trains(round_index):
+            load_state(generator, next(u.payload.generator for u in updates if u.cid == last))
+        else:
+            weights = [u.num_samples if p.weighting == "samples" else 1.0 for u in updates]
+            load_state(generator, weighted_average([u.payload.generator for u in updates], weights))
         server.state.selected = [u.cid for u in updates]
         server.state.averaged = {k: v.detach().clone() for k, v in server.model.state_dict().items()}
-        if round_index == 1 and p.skip_first_distill:
+        if not self.server_trains(round_index):
             return metrics
         samples = samples if samples is not None else self.distillation_set(round_index, generator)
         logits, domain = self.teacher_outputs(updates, samples)
@@ -569,10 +581,11 @@ class DaFKD(ParameterAveraging[DaFKDClient, DaFKDServer, GeneratorBroadcast, Dom
         metrics["alpha_entropy_uniform"] = math.log(len(updates))
         metrics["gen_coverage"] = class_coverage(teacher)
         metrics["kd_loss"] = self.distil(round_index, server.model, samples, teacher)
-        if p.student_bn_stats == "averaged":  # ŵ's running statistics back; the distilled parameters stay
-            averaged = server.state.averaged
-            load_state(server.model, {name: averaged[name] for name, _ in server.model.named_buffers()}, strict=False)
         return metrics
+
+    def server_trains(self, round_index: int) -> bool:
+        """Every round but the first (A25, ``skip_first_distill``)."""
+        return not (round_index == 1 and self.params.skip_first_distill)
 
     def distillation_set(self, round_index: int, generator: nn.Module) -> torch.Tensor:
         """D̂^g: ``distill_batches`` batches of generated samples, fresh noise every round, G in train mode (A11)."""

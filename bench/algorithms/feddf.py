@@ -40,7 +40,8 @@ from torch import nn
 from torch.func import functional_call
 
 from bench.algorithms import register_algorithm
-from bench.algorithms.base import AveragingParams, ModelAveraging
+from bench.algorithms.base import ModelAveraging
+from bench.algorithms.server_bn import ServerBNParams, ServerBNRule
 from bench.engine.aggregate import copy_state, load_state, weighted_average
 from bench.engine.distillation import kd_loss
 from bench.engine.evaluation import eval_mode
@@ -51,7 +52,7 @@ from bench.engine.state import Client, NoState, Server
 from bench.errors import BenchError
 
 
-class FedDFParams(AveragingParams):
+class FedDFParams(ServerBNParams):
     distill_steps: int = Field(10, ge=0, description="server distillation steps per round and architecture group "
                                                      "(FedAL's FedDF: τ = 10)")
     distill_lr: float = Field(1e-3, gt=0, description="the distillation optimiser's learning rate")
@@ -75,7 +76,7 @@ class GroupMember(NoState):
 
 
 @register_algorithm("feddf")
-class FedDF(ModelAveraging[GroupMember, GroupModels]):
+class FedDF(ServerBNRule[GroupMember, GroupModels, None, None], ModelAveraging[GroupMember, GroupModels]):
     Params = FedDFParams
     params: FedDFParams
     ClientState = GroupMember

@@ -40,8 +40,8 @@ from torch import nn
 from torch.func import functional_call
 
 from bench.algorithms import register_algorithm
-from bench.algorithms.base import AveragingParams, ParameterAveraging
 from bench.algorithms.fedgen import GENERATED_LABELS, diversity_loss, named_share
+from bench.algorithms.server_bn import ServerBNParams, ServerBNRule
 from bench.engine.loop import Loop, Step
 from bench.engine.mechanisms import Mechanism
 from bench.engine.messages import Update
@@ -50,7 +50,7 @@ from bench.engine.state import Client, NoState, Server
 from bench.models import build_model
 
 
-class FedFTGParams(AveragingParams):
+class FedFTGParams(ServerBNParams):
     noise_dim: int = Field(100, ge=1, description="nz of the conditional generator (spec §2.5: 100)")
     iterations: int = Field(10, ge=1, description="fine-tuning iterations I per round")
     generator_steps: int = Field(1, ge=1, description="generator steps per client and iteration (inner_round_g)")
@@ -107,7 +107,7 @@ class GeneratorServer(NoState):
 
 
 @register_algorithm("fedftg")
-class FedFTG(ParameterAveraging[NoState, GeneratorServer, None, torch.Tensor]):
+class FedFTG(ServerBNRule[NoState, GeneratorServer, None, torch.Tensor]):
     """The update carries the client's label histogram n_k^y (over its train set) besides the model."""
 
     Params = FedFTGParams

@@ -48,7 +48,7 @@ from torch import nn
 from torch.func import functional_call
 
 from bench.algorithms import register_algorithm
-from bench.algorithms.base import AveragingParams, ParameterAveraging
+from bench.algorithms.server_bn import ServerBNParams, ServerBNRule
 from bench.engine.distillation import soft_target_kl
 from bench.engine.evaluation import eval_mode
 from bench.engine.loop import Loop, Step
@@ -64,7 +64,7 @@ HEAD = "classifier"  # the attribute holding G_ω on every bench classifier
 MIN_KD_WEIGHT = 1e-4  # FedGen's floor on the decayed α_t, β_t
 
 
-class FedGenParams(AveragingParams):
+class FedGenParams(ServerBNParams):
     noise_dim: int = Field(64, ge=1, description="generator noise dimension (FedGen default)")
     hidden: int = Field(512, ge=1, description="generator hidden width")
     generator_lr: float = Field(3e-4, gt=0, description="server Adam learning rate of the generator")
@@ -150,7 +150,7 @@ class FedGenClient(NoState):
 
 
 @register_algorithm("fedgen")
-class FedGen(ParameterAveraging[FedGenClient, GeneratorState, nn.Module, torch.Tensor]):
+class FedGen(ServerBNRule[FedGenClient, GeneratorState, nn.Module, torch.Tensor]):
     """The broadcast carries the generator G_w besides the model, the update the label counts c_{u,y} (starting at
     1 for every label)."""
 

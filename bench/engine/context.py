@@ -36,6 +36,8 @@ class Context:
     device: torch.device
     public_x: torch.Tensor | None = None  # the unlabelled public set, when the config asks for one
     client_data: list[ClientData] = field(default_factory=list)  # every client's data, in client-id order
+    test_x: torch.Tensor | None = None  # the test images: read only by a reading that reproduces a released code's
+    # use of them (DaFKD's test-set BatchNorm passes, bench/algorithms/server_bn.py), which leaks test data
 
     @property
     def seed(self) -> int:

@@ -281,7 +281,7 @@ def run_federation(config: ExperimentConfig, data_dir: str | Path | None = None,
 
     ctx = Context(config, data.image_shape, data.num_classes, device,
                   public_x=train_x[torch.from_numpy(public_indices(config, partition, len(train_y)))]
-                  if config.public.size else None)
+                  if config.public.size else None, test_x=test_x)
     algorithm_cls = get_algorithm(config.algorithm.name)
     algorithm = algorithm_cls(algorithm_cls.Params.model_validate(config.algorithm.params), ctx)
     server = algorithm.init_server()

@@ -1,0 +1,109 @@
+"""The BatchNorm rule of the server-distillation methods (bench/algorithms/server_bn.py): the pooled statistics by hand,
+the estimate as torch's update_bn makes it, and each reading in every method that has the rule (one mechanism)."""
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+
+from bench.engine.batchnorm import estimate_statistics, pooled_statistics, running_statistics
+from bench.runner.federation import run_federation, sample_clients
+from tests.conftest import small_config
+
+
+def bn_config(rounds: int = 1, **algorithm: Any):  # type: ignore[no-untyped-def]
+    """Digits at the DaFKD proxy's scale (the BatchNorm MTLResNet): 6 clients, 3 a round, 3 local steps."""
+    defaults = {"feddf": {"distill_steps": 2}, "fedftg": {"iterations": 1, "student_steps": 2},
+                "fedgen": {"generator_epochs": 1, "teacher_iters": 1},
+                "dafkd": {"generator_width": 8, "distill_batches": 2, "distill_epochs": 1, "skip_first_distill": False}}
+    return small_config(
+        training={"rounds": rounds, "local_epochs": None, "local_steps": 3, "batch_size": 16},
+        partition={"scheme": "dafkd", "alpha": 0.5, "num_clients": 6, "min_size": 20, "local_test_fraction": 0.0},
+        participation={"fraction": 0.5}, dataset={"name": "digits", "normalize": "half"},
+        model={"name": "dafkd_resnet11", "kwargs": {"width": 4, "blocks": [1, 1, 1]}},
+        evaluation={"local_models": False}, public={"size": 32, "source": "overlap"},
+        algorithm={**defaults[algorithm["name"]], **algorithm})
+
+
+def test_pooled_statistics_are_those_of_the_pooled_data() -> None:
+    """μ = Σ n_k μ_k / N and σ² = Σ n_k (σ_k² + (μ_k − μ)²) / N: with each holder's population mean and variance,
+    exactly the mean and population variance of all their samples together (per channel)."""
+    gen = torch.Generator().manual_seed(0)
+    parts = [torch.randn(n, 3, generator=gen) * s + m for n, s, m in ((5, 1.0, 0.0), (12, 2.0, 3.0), (7, 0.5, -1.0))]
+    stats = [{"bn.running_mean": p.mean(0), "bn.running_var": p.var(0, unbiased=False)} for p in parts]
+    pooled = pooled_statistics(stats, [len(p) for p in parts])
+    everything = torch.cat(parts)
+    assert torch.allclose(pooled["bn.running_mean"], everything.mean(0), atol=1e-6)
+    assert torch.allclose(pooled["bn.running_var"], everything.var(0, unbiased=False), atol=1e-5)
+    naive = sum(len(p) * s["bn.running_var"] for p, s in zip(parts, stats)) / len(everything)
+    assert not torch.allclose(pooled["bn.running_var"], naive)  # the spread between the means counts
+
+
+def test_the_estimate_is_the_mean_of_the_batch_statistics_and_leaves_the_model() -> None:
+    """update_bn's estimate: per layer the mean over batches of the batch means and unbiased batch variances."""
+    model = nn.Sequential(nn.BatchNorm1d(2))
+    before = running_statistics(model)
+    batches = [torch.tensor([[0.0, 1.0], [2.0, 5.0]]), torch.tensor([[4.0, 1.0], [6.0, 3.0], [8.0, 2.0]])]
+    estimate = estimate_statistics(model, batches)
+    assert torch.allclose(estimate["0.running_mean"], torch.tensor([(1.0 + 6.0) / 2, (3.0 + 2.0) / 2]))
+    assert torch.allclose(estimate["0.running_var"], torch.tensor([(2.0 + 4.0) / 2, (8.0 + 1.0) / 2]))
+    assert all(torch.equal(v, before[k]) for k, v in running_statistics(model).items())
+
+
+def pooled_on_clients(result: Any, round_index: int) -> dict[str, torch.Tensor]:
+    """The ``clients`` reading recomputed: the round's clients' estimates on the final model, pooled by count."""
+    ctx, model = result.state.algorithm.ctx, result.state.server.model
+    estimates, counts = [], []
+    for cid in sample_clients(result.config, round_index):
+        data = result.state.clients[cid].data
+        indices = list(ctx.shuffled_pass(data.num_samples, "bn-statistics", cid, round_index))
+        estimates.append(estimate_statistics(model, [data.x[i] for i in indices]))
+        counts.append(sum(len(i) for i in indices))
+    return pooled_statistics(estimates, counts)
+
+
+@pytest.mark.parametrize("name", ["feddf", "fedftg", "fedgen", "dafkd"])
+def test_every_server_distillation_method_carries_the_rules_statistics(name: str) -> None:
+    """One mechanism for FedDF, FedFTG, FedGen and DaFKD. ``clients``: after the round the global model's running
+    statistics are the round's clients' estimates on their training data pooled by sample count, and its parameters
+    are the ones the server's work left (the same as ``distilled``). ``averaged``: ŵ's buffers, the average of the
+    uploads', the parameters again the same."""
+    runs = {rule: run_federation(bn_config(name=name, student_bn_stats=rule))
+            for rule in ("distilled", "clients", "averaged")}
+    models = {rule: run.state.server.model for rule, run in runs.items()}
+    for rule in ("clients", "averaged"):
+        for (key, p), (_, q) in zip(models["distilled"].named_parameters(), models[rule].named_parameters()):
+            assert torch.equal(p, q), (rule, key)
+    estimated = running_statistics(models["clients"])
+    assert estimated.keys() == pooled_on_clients(runs["clients"], 1).keys()
+    for key, value in pooled_on_clients(runs["clients"], 1).items():
+        assert torch.allclose(estimated[key], value, atol=1e-6), key
+    distilled = running_statistics(models["distilled"])
+    assert not all(torch.allclose(distilled[k], v) for k, v in estimated.items())
+    algorithm, server = runs["averaged"].state.algorithm, runs["averaged"].state.server
+    uploads = [runs["averaged"].state.clients[c].model.state_dict() for c in sample_clients(bn_config(name=name), 1)]
+    sizes = [runs["averaged"].state.clients[c].data.num_samples for c in sample_clients(bn_config(name=name), 1)]
+    for key, value in running_statistics(server.model).items():
+        expected = sum(n * u[key] for n, u in zip(sizes, uploads)) / sum(sizes)
+        assert torch.allclose(value, expected, atol=1e-6), key
+    assert algorithm.params.student_bn_stats == "averaged"
+
+
+def test_test_set_passes_move_the_statistics_towards_the_test_sets() -> None:
+    """``test`` (the released DaFKD code, §1.7.17; test-data leakage): the distilled model's statistics after
+    train-mode forwards of the test set's full batches in order; its parameters are the distilled ones. Not in a
+    round without distillation."""
+    plain = run_federation(bn_config(rounds=2, name="dafkd", skip_first_distill=True))
+    leaked = run_federation(bn_config(rounds=2, name="dafkd", skip_first_distill=True, student_bn_stats="test"))
+    expected = copy.deepcopy(plain.state.server.model).train()
+    x = plain.state.algorithm.ctx.test_x
+    with torch.no_grad():
+        for start in range(0, len(x) - 16 + 1, 16):
+            expected(x[start:start + 16])
+    for key, value in leaked.state.server.model.state_dict().items():
+        assert torch.equal(value, expected.state_dict()[key]), key
+    assert plain.curves[0]["global_acc"] == leaked.curves[0]["global_acc"]  # round 1: no distillation, no passes
+    assert plain.curves[1]["global_acc"] != leaked.curves[1]["global_acc"]
