@@ -101,8 +101,8 @@ class CFFL(RewardedClients[VectorUpload]):
 
     def aggregate(self, round_index: int, server: Server[Reputations], updates: list[VectorUpload]) -> Metrics:
         """Steps 2-4: the aggregate, the reputations from each w_g + u_k's validation accuracy, each client's reward."""
-        assert server.model is not None and server.state.reputation is not None
         p, state = self.params, server.state
+        assert server.model is not None and state.reputation is not None
         state.share = {}
         if not updates:  # every client has left: nothing was trained
             return {"train_loss": 0.0, "clients_left": 0.0}

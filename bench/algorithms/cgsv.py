@@ -80,8 +80,8 @@ class CGSV(RewardedClients[VectorUpload]):
 
     def aggregate(self, round_index: int, server: Server[Reputations], updates: list[VectorUpload]) -> Metrics:
         """u from the updates, ψ_k, the reputations, w_g ← w_g + u and each client's reward."""
-        assert server.model is not None and server.state.reputation is not None
         p, state = self.params, server.state
+        assert server.model is not None and state.reputation is not None
         keys = self.keys(server.model)
         cids = [u.cid for u in updates]
         deltas = [u.vector.dense() for u in updates]

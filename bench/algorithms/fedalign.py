@@ -54,7 +54,7 @@ def transmitting_matrix(f_in: torch.Tensor, f_out: torch.Tensor) -> torch.Tensor
     """Per-sample TM = f̂_in·f_outᵀ/(H·W), shape (B, C_in, C_out); f̂_in is f_in average-pooled to
     f_out's spatial size when larger."""
     if f_in.shape[2] > f_out.shape[2]:
-        f_in = F.adaptive_avg_pool2d(f_in, f_out.shape[2:])
+        f_in = F.adaptive_avg_pool2d(f_in, (f_out.shape[2], f_out.shape[3]))
     a, b = f_in.flatten(2), f_out.flatten(2)
     return torch.bmm(a, b.transpose(1, 2)) / a.shape[2]
 

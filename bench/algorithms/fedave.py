@@ -83,8 +83,8 @@ class FedAVE(RewardedClients[ScoredUpload]):
 
     def aggregate(self, round_index: int, server: Server[Reputations], updates: list[ScoredUpload]) -> Metrics:
         """u by data size, w_g ← w_g + u, the scores s_k and reputations, each client's reward."""
-        assert server.model is not None and server.state.reputation is not None
         p, state = self.params, server.state
+        assert server.model is not None and state.reputation is not None
         keys = self.keys(server.model)
         uploads = [u.vector.dense() for u in updates]
         sizes = [float(u.num_samples) for u in updates]

@@ -172,6 +172,6 @@ class FedFTG(ParameterAveraging[NoState, GeneratorServer, None, torch.Tensor]):
             student.train()
             with torch.no_grad():
                 fake = generator(z, y)
-                target = sum(alpha[k, y].unsqueeze(1) * torch.softmax(teacher_logits(k, fake), dim=1)
-                             for k in range(len(updates)))
+                target: torch.Tensor = sum(  # type: ignore[assignment]  # typeshed: sum() is Tensor | Literal[0]
+                    alpha[k, y].unsqueeze(1) * torch.softmax(teacher_logits(k, fake), dim=1) for k in range(len(updates)))
             s_loop.run(range(p.student_steps), lambda step, _: soft_cross_entropy(student(fake)[1], target))

@@ -102,7 +102,7 @@ def diversity_loss(noise: torch.Tensor, latents: torch.Tensor) -> torch.Tensor:
 def teacher_loss(head: nn.Module, head_states: list[dict[str, torch.Tensor]], latents: torch.Tensor,
                  y: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
     """Σ_u mean_b[w_{y_b,u} · CE(G_ω^u(h_b), y_b)], with ``head`` run on each user's parameters."""
-    return sum((F.cross_entropy(functional_call(head, state, (latents,)), y, reduction="none")
+    return sum((F.cross_entropy(functional_call(head, state, (latents,)), y, reduction="none")  # type: ignore[return-value]  # typeshed: sum() is Tensor | Literal[0]
                 * weights[y, u]).mean() for u, state in enumerate(head_states))
 
 
@@ -144,14 +144,14 @@ class FedGen(ParameterAveraging[FedGenClient, GeneratorState, nn.Module, torch.T
         §6 R6). Added to the base count truncated to 3 decimals (as the paper's FedProx/MOON values are) this
         generator gives the printed CIFAR-10/100 values but 1.341 for SVHN's 1.357, which only a 64-dim
         generator without BN parameters fits (tests/test_models.py, pipelines/fedhkd/README.md)."""
-        generator = self._build_generator(model.feature_dim)
+        generator = self._build_generator(model.feature_dim)  # type: ignore[arg-type]  # torch: Module attributes are Tensor | Module
         return super().resident_parameters(model) + sum(p.numel() for p in generator.parameters())
 
     def init_server_state(self, model: nn.Module | None) -> GeneratorState:
-        if not isinstance(getattr(model, HEAD, None), nn.Module) or not hasattr(model, "feature_dim"):
+        if model is None or not isinstance(getattr(model, HEAD, None), nn.Module) or not hasattr(model, "feature_dim"):
             raise BenchError(f"fedgen needs a model with a `{HEAD}` head and a `feature_dim`; "
                              f"{self.ctx.config.model.name!r} has none")
-        generator = self._build_generator(model.feature_dim)  # type: ignore[union-attr]
+        generator = self._build_generator(model.feature_dim)  # type: ignore[arg-type]  # torch: Module attributes are Tensor | Module
         p = self.params
         return GeneratorState(generator, torch.optim.Adam(generator.parameters(), lr=p.generator_lr,
                                                           weight_decay=p.generator_weight_decay))
@@ -184,7 +184,7 @@ class FedGen(ParameterAveraging[FedGenClient, GeneratorState, nn.Module, torch.T
         if t == 1:
             return loss
         p, generator = self.params, client.state.generator
-        noise = NoiseStream(step.rng, generator.noise_dim, self.ctx.device)
+        noise = NoiseStream(step.rng, generator.noise_dim, self.ctx.device)  # type: ignore[arg-type]  # torch: Module attributes are Tensor | Module
         head = getattr(client.model, HEAD)
         with torch.no_grad():
             target = F.softmax(head(generator(noise.batch(len(y)), y)), dim=1)
@@ -215,7 +215,7 @@ class FedGen(ParameterAveraging[FedGenClient, GeneratorState, nn.Module, torch.T
         head = getattr(server.model, HEAD)
         generator.train()
         rng = self.ctx.stream("fedgen-server", round_index)
-        noise = NoiseStream(rng, generator.noise_dim, self.ctx.device)
+        noise = NoiseStream(rng, generator.noise_dim, self.ctx.device)  # type: ignore[arg-type]  # torch: Module attributes are Tensor | Module
 
         def step_fn(step: Step, _: int) -> torch.Tensor:
             y = qualified[torch.randint(len(qualified), (p.server_batch_size,), generator=rng).to(qualified.device)]

@@ -173,7 +173,7 @@ class FedHKD(ParameterAveraging[Knowledge, Knowledge, ClassStatistics | None, Cl
             return loss
         p = self.params
         if p.lam:
-            loss = loss + p.lam * classifier_distillation(client.model.classifier, knowledge, p.temperature,
+            loss = loss + p.lam * classifier_distillation(client.model.classifier, knowledge, p.temperature,  # type: ignore[arg-type]  # torch: Module attributes are Tensor | Module
                                                           p.kd_dist, p.kd_norm, p.softmax)
         if p.gamma:
             loss = loss + p.gamma * feature_alignment(features, y, knowledge, p.feat_dist, p.feat_norm)

@@ -50,7 +50,7 @@ def wilcoxon(differences: Sequence[float]) -> tuple[float | None, float | None]:
     return float(result.statistic), float(result.pvalue)
 
 
-def bootstrap_interval(values: Sequence[float], seed: int = 0) -> tuple[float, float] | None:
+def bootstrap_interval(values: Sequence[float] | np.ndarray, seed: int = 0) -> tuple[float, float] | None:
     """A percentile bootstrap interval of the mean (``CONFIDENCE``); None for fewer than 2 values."""
     v = np.asarray(values, dtype=float)
     if len(v) < 2:

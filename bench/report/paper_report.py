@@ -23,7 +23,8 @@ Cells = dict[tuple[str, str, str], tuple[float, float | None]]  # (method, colum
 def table_rows(suite: Suite, column: ReportColumn) -> list[str]:
     """The rows of a report column: the suite's methods that the paper prints in the column's table, or
     in none of its tables (extra rows, e.g. a code-mode variant), and that run on its setting."""
-    d = suite.paper.definition  # type: ignore[union-attr]
+    assert suite.paper is not None, "a paper's report needs the suite's paper"
+    d = suite.paper.definition
     return [m for m in suite.params.methods if d.shown(column.table, m) and suite.runs_on(m, column.setting)]
 
 

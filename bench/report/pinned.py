@@ -55,7 +55,7 @@ FingerprintField = Literal["machine", "cpu_capability", "cpu_kernels", "torch", 
                            "platform"]
 FORMAT = "fkd-bench-pinned"
 FORMAT_VERSION = 1
-FINGERPRINT = ("machine", "cpu_capability", "cpu_kernels", "torch", "uv_lock_sha256", "python_minor")
+FINGERPRINT: tuple[FingerprintField, ...] = ("machine", "cpu_capability", "cpu_kernels", "torch", "uv_lock_sha256", "python_minor")
 ENVIRONMENT = ("platform", "machine", "cpu_capability", "cpu_kernels", "python", "torch", "uv_lock_sha256",
                "git_commit", "code_sha256")
 PER_SEED_ABS = 0.07
@@ -139,7 +139,7 @@ def pin(suite: Suite, path: Path, per_seed_abs: float | None = None, mean_abs: f
     without values and left out of its cell's mean); tolerances default to the policy."""
     runs = require_runs(suite)
     p = suite.params
-    values = {}
+    values: dict[str, dict[str, PinnedCell]] = {}
     for method in p.methods:
         values[method] = {}
         for setting in suite.settings_of(method):
@@ -382,7 +382,8 @@ def compare(suite: Suite, path: Path) -> Comparison:
     tol = pinned.tolerance
     environment = {k: v for k, v in pinned.environment.items() if isinstance(v, str)}
     pinned_print = fingerprint(environment, tol.fingerprint)
-    cells = {(m, s): cell for m, by_setting in pinned.values.items() for s, cell in by_setting.items()}
+    cells: dict[tuple[str, str], PinnedCell | None] = {
+        (m, s): cell for m, by_setting in pinned.values.items() for s, cell in by_setting.items()}
     for m, s, _ in found:
         cells.setdefault((m, s), None)
     methods, settings = list(suite.params.methods), list(suite.params.settings)

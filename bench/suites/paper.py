@@ -342,7 +342,8 @@ class PaperDefinition(_Strict):
         """The report columns these settings make, per table: its paper columns, then its analogues."""
         out: list[ReportColumn] = []
         for name, table in self.tables.items():
-            entries = [(key, c.label, c.setting or key, (key,), c.statistic) for key, c in table.columns.items()]
+            entries: list[tuple[str, str, str, tuple[str, ...], dict[str, Any]]] = [
+                (key, c.label, c.setting or key, (key,), c.statistic) for key, c in table.columns.items()]
             entries += [(key, a.label, a.setting or key, tuple(a.stands_for), a.statistic)
                         for key, a in self.analogues.items() if self.table_of(a.stands_for[0]) == name]
             out += [ReportColumn(key, name, label, setting, stands_for,
