@@ -5,10 +5,11 @@ Bad input exits with status 2 and one line ``error: ...``; a failed (diverged) r
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from bench import exit_without_teardown
 from bench.errors import BenchError, Diverged
@@ -35,13 +36,15 @@ def _run(args: argparse.Namespace) -> int:
 
 def _run_logged(args: argparse.Namespace, logger: BackgroundLogger) -> int:
     from bench.experiment import load_config
+    from bench.runner.checkpoint import CheckpointPolicy
     from bench.runner.executor import RunRequest, run_experiment
 
     config = load_config(args.config, args.set)
     out = Path(args.out or f"runs/{config.name}-{config.sha256[:10]}")
     if out.exists() and not out.is_dir():
         raise BenchError(f"--out {out} is a file; give a folder (new or one of an earlier run)")
-    request = RunRequest(config, out, args.data_dir, args.partition, args.checkpoint_every, args.keep_checkpoint)
+    request = RunRequest(config, out, args.data_dir, args.partition,
+                         CheckpointPolicy(args.checkpoint_every, args.checkpoint_interval), args.keep_checkpoint)
     if args.no_progress:
         metrics = run_experiment(request, logger=logger.log)
     else:
@@ -52,7 +55,7 @@ def _run_logged(args: argparse.Namespace, logger: BackgroundLogger) -> int:
                 bar.update(t - bar.n)  # a resumed run starts past round 1
                 bar.set_postfix({k: f"{v:.4f}" for k, v in row.items() if k.endswith(("acc", "loss"))})
 
-            metrics = run_experiment(request, progress, logger=logger.log)
+            metrics = run_experiment(request, progress, logger=logger.log, say=lambda line: bar.write(line, sys.stderr))
     final = ", ".join(f"{k}={v:.4f}" for k, v in metrics["final"].items())
     print(f"{out}: final {final}")
     return 0
@@ -238,11 +241,12 @@ def _compare(args: argparse.Namespace) -> int:
     from bench.report.pinned import compare, default_pinned_path
 
     suite = _suite(args)
-    result = compare(suite, args.pinned or default_pinned_path(args.params, suite.name))
+    result = compare(suite, args.pinned or default_pinned_path(args.params, suite.name), args.data_dir,
+                     required=args.pinned is not None)
     if args.out:  # the whole table to the file, the summary and what failed to the log
         write_text(args.out, result.format() + "\n")
     print(result.summary(args.out) if args.out else result.format())
-    return 1 if result.failures else 0
+    return 1 if result.failed else 0
 
 
 def _mlflow_sync(args: argparse.Namespace) -> int:
@@ -271,20 +275,24 @@ def _audit(args: argparse.Namespace) -> int:
     from bench.report.audit import audit, rerun, rerun_lines
     from bench.runner.executor import run_experiment
 
+    if args.scratch is not None and not args.scratch.is_dir():
+        raise BenchError(f"--scratch {args.scratch} is not a folder; create it, or leave --scratch out (the system's "
+                         "temporary folder)")
     result = audit(args.report, args.cell, args.params)
-    print("\n".join(result.lines(args.data_dir)))
+    lines, problems = result.check(args.data_dir)
+    print("\n".join(lines))
     if not args.rerun:
-        return 0
+        return 1 if problems else 0
     seeds = [args.seed] if args.seed is not None else list(result.runs)
     checks = rerun(result, seeds, args.data_dir, args.scratch, lambda request: run_experiment(request, mlflow=False))
     print("\n".join(rerun_lines(checks)))
-    return 0 if all(c.equal for c in checks) else 1
+    return 0 if all(c.equal for c in checks) and not problems else 1
 
 
 def _versus(args: argparse.Namespace) -> int:
     from bench.report.pinned import default_pinned_path, load_pinned
-    from bench.report.versus import (compare_method, default_baselines, log_versus, parse_statistic, versus_requests,
-                                     write_versus)
+    from bench.report.versus import (compare_method, default_baselines, log_versus, parse_statistic, verified_partitions,
+                                     versus_requests, write_versus)
     from bench.runner.parallel import run_many
     from bench.suites import load_suite
 
@@ -297,7 +305,7 @@ def _versus(args: argparse.Namespace) -> int:
     if args.method in baselines:
         raise BenchError(f"{args.method} is the method compared; leave it out of --baseline")
     out = args.out or Path("runs") / "versus" / suite.name / args.method
-    requests = versus_requests(suite, args.method, out, args.data_dir)
+    requests = versus_requests(suite, args.method, out, args.data_dir, verified_partitions(suite, args.data_dir))
     if requests and args.no_train:
         raise BenchError(f"{len(requests)} run(s) of {args.method} missing in {out}; run without --no-train")
     if requests:
@@ -324,8 +332,46 @@ def _sensitivity(args: argparse.Namespace) -> int:
     return 0
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with the project's bad-input contract: one line ``error: ...`` and exit status 2 (:func:`main`)."""
+
+    def error(self, message: str) -> NoReturn:
+        raise BenchError(f"{self.prog}: {message} (see {self.prog} --help)")
+
+
+def _whole(text: str, least: int) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = least - 1
+    if value < least:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number >= {least}")
+    return value
+
+
+def _count(text: str) -> int:
+    """A whole number >= 0 (a command-line option)."""
+    return _whole(text, 0)
+
+
+def _positive(text: str) -> int:
+    """A whole number >= 1 (a command-line option)."""
+    return _whole(text, 1)
+
+
+def _seconds(text: str) -> float:
+    """A finite number of seconds >= 0 (a command-line option)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value >= 0):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds >= 0")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="bench", description="fkd-bench: reproducible federated knowledge "
+    parser = _Parser(prog="bench", description="fkd-bench: reproducible federated knowledge "
                                      "distillation benchmarks. Each subcommand has its own --help.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     data_dir: dict[str, Any] = dict(type=Path, default=None, help="data folder (default: $BENCH_DATA_DIR, else ./data)")
@@ -343,8 +389,11 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--data-dir", **data_dir)
     run.add_argument("--partition", type=Path, help="use this saved partition (must match the config)")
     run.add_argument("--no-progress", action="store_true", help="no progress bar")
-    run.add_argument("--checkpoint-every", type=int, default=1, metavar="K",
-                     help="write a checkpoint every K rounds (default 1; 0: never)")
+    run.add_argument("--checkpoint-every", type=_count, default=1, metavar="K",
+                     help="write a checkpoint after every K-th round (default 1; 0: never) ...")
+    run.add_argument("--checkpoint-interval", type=_seconds, default=60.0, metavar="S",
+                     help="... at least S seconds apart and 50 times as long as the last one took (at most 2 %% of "
+                          "the run's time; default 60; 0: after every K-th round whatever it costs)")
     run.add_argument("--keep-checkpoint", action="store_true", help="keep the checkpoint after the run finishes")
     run.set_defaults(func=_run)
 
@@ -393,7 +442,7 @@ def build_parser() -> argparse.ArgumentParser:
     train = suite_command("train", "run every setting x seed of the given methods (a diverged run is an outcome: "
                           "its failure.json records it and the report counts it)", _suite_train)
     train.add_argument("--method", action="append", help="only this method (repeatable; default: all)")
-    train.add_argument("--jobs", type=int, default=None, help="parallel runs (default: suite.jobs)")
+    train.add_argument("--jobs", type=_positive, default=None, help="parallel runs (default: suite.jobs)")
     train.add_argument("--executor", choices=["serial", "processes", "ray"], default=None,
                        help="where runs execute (default: suite.executor); results never depend on it")
     train.add_argument("--ray-address", default=None, help="a Ray cluster's address (default: suite.ray.address; "
@@ -408,16 +457,17 @@ def build_parser() -> argparse.ArgumentParser:
                       "benchmarks/gpu/gpu-nvidia-h200.json): GPU-hours at the step times measured there as well")
     timing = suite_command("time", "measure every method's seconds per round on the settings whose budget is time_of "
                            "(deliberately, like pinning: the runs' rounds derive from the file it writes)", _suite_time)
-    timing.add_argument("--rounds", type=int, default=5, help="rounds per probe (the first and last are left out)")
-    timing.add_argument("--repeats", type=int, default=3, help="turns every method takes (the median is kept)")
+    timing.add_argument("--rounds", type=_positive, default=5, help="rounds per probe (the first and last are left out)")
+    timing.add_argument("--repeats", type=_positive, default=3, help="turns every method takes (the median is kept)")
     pin = suite_command("pin", "rewrite the suite's pinned values from its runs (deliberately)", _pin, sub)
     pin.add_argument("--out", type=Path, help="pinned file (default: reports/pinned/<suite>.json beside --params)")
     pin.add_argument("--per-seed-tol", type=float, help="absolute tolerance per seed in another environment "
                      "(default: the policy in bench/report/pinned.py)")
     pin.add_argument("--mean-tol", type=float, help="absolute tolerance of the mean over seeds in another "
                      "environment (default: the policy in bench/report/pinned.py)")
-    compare = suite_command("compare", "compare the suite's runs with its pinned values; exit 1 on a drifted, "
-                            "changed or missing value", _compare, sub)
+    compare = suite_command("compare", "compare the suite's runs with its pinned values and verify its partitions; exit 1 "
+                            "on a drifted, changed or missing value or a forged partition (a suite with no pinned "
+                            "file is all 'not pinned')", _compare, sub)
     compare.add_argument("--pinned", type=Path, help="pinned file (default: as for `bench pin`)")
     compare.add_argument("--out", type=Path, help="write the drift table to this file and print only the summary "
                          "and what failed")
@@ -428,7 +478,9 @@ def build_parser() -> argparse.ArgumentParser:
                                        "report's, innermost last, e.g. 'global/fedavg/iid final'), or the cell id "
                                        "<method>/<setting>/<statistic> (e.g. fedavg/iid/final_global_acc). The runs' "
                                        "records come from the suite's results folder (`dvc pull` fetches them). "
-                                       "Exit 1 when a re-run differs.")
+                                       "Exit 1 when a value differs from its pinned one, a run's file from what "
+                                       "dvc.lock recorded, a config, dataset or partition from the one the runs "
+                                       "used, or a re-run from the record.")
     audit.add_argument("report", type=Path, help="a suite's report: reports/<suite>/summary.md or paper.md")
     audit.add_argument("cell", help="the cell, as printed or by its id")
     audit.add_argument("--params", type=Path, help="the suite's params file (default: <report>/../../../params.yaml)")
@@ -451,7 +503,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "(results/) instead of the pinned file")
     versus.add_argument("--out", type=Path, help="folder for the new runs and the comparison (default: "
                         "runs/versus/<suite>/<method>)")
-    versus.add_argument("--jobs", type=int, default=None, help="parallel processes (default: suite.jobs)")
+    versus.add_argument("--jobs", type=_positive, default=None, help="parallel processes (default: suite.jobs)")
     versus.add_argument("--no-train", action="store_true", help="fail instead of training missing runs")
     versus.add_argument("--no-mlflow", action="store_true", help="do not log the comparison to MLflow")
     sensitivity = suite_command("sensitivity", "how well the suite's pinned seeds tell methods apart: seed spread, "
@@ -479,8 +531,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
     try:
+        args = build_parser().parse_args(argv)
         return args.func(args)
     except BenchError as exc:
         print(f"error: {exc}", file=sys.stderr)

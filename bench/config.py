@@ -9,7 +9,10 @@ parameter model the algorithm or partition scheme registers.
 from __future__ import annotations
 
 import copy
+import math
 import re
+import typing
+import unicodedata
 from pathlib import Path
 from typing import Any, Literal
 
@@ -20,8 +23,31 @@ from bench.errors import BenchError
 from bench.fileio import canonical_json, sha256_bytes
 
 
+def _admits_bool(annotation: Any) -> bool:
+    return annotation is bool or annotation is Any or any(_admits_bool(a) for a in typing.get_args(annotation))
+
+
+def refuse_bools_for_numbers(model: type[BaseModel], values: Any) -> None:
+    """``true``/``false`` given for a key that is not a switch (pydantic would read them as 1 and 0:
+    ``training.rounds=true`` would run one round): a ``ValueError`` naming the key."""
+    if not isinstance(values, dict):
+        return
+    for key, value in values.items():
+        field = model.model_fields.get(key)
+        if field is not None and isinstance(value, bool) and not _admits_bool(field.annotation):
+            raise ValueError(f"{key}: expected a number or a name, got {str(value).lower()}")
+
+
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    """A config section: unknown keys, non-finite numbers and booleans for numbers are refused."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_bools_for_numbers(cls, values: Any) -> Any:
+        refuse_bools_for_numbers(cls, values)
+        return values
 
 
 class DatasetConfig(Strict):
@@ -162,7 +188,8 @@ class TrackingConfig(Strict):
 
 
 class ExperimentConfig(Strict):
-    name: str = "experiment"
+    name: str = Field("experiment", min_length=1, max_length=200, description=(
+        "the run's name: a file name (the default run folder) and an MLflow run name"))
     seed: int = Field(0, ge=0)
     device: str = Field("cpu", description="cpu, cuda or cuda:N")
     threads: int = Field(1, ge=1, description="torch intra-op threads for this run")
@@ -177,6 +204,15 @@ class ExperimentConfig(Strict):
     evaluation: EvaluationConfig = Field(default_factory=EvaluationConfig)
     tracking: TrackingConfig = Field(default_factory=TrackingConfig)
 
+
+    @field_validator("name")
+    @classmethod
+    def _plain_name(cls, name: str) -> str:
+        if bad := [c for c in name if unicodedata.category(c).startswith("C") or c in "/\\"]:
+            raise ValueError(f"{name!r} holds {ascii(bad[0])}; use letters, digits and punctuation other than / and \\")
+        if name in (".", ".."):
+            raise ValueError(f"{name!r} is not a name")
+        return name
 
     @field_validator("device")
     @classmethod
@@ -198,10 +234,26 @@ def validate_params(model: type[BaseModel], values: dict[str, Any], section: str
     """Validate the flat parameters of ``section`` (``algorithm``, ``partition``) against the parameter
     model its method or scheme registers, defaults filled in; a :class:`BenchError` names each key."""
     try:
-        return model.model_validate(values).model_dump(mode="json")
-    except ValidationError as exc:
-        allowed = ", ".join(model.model_fields) or "none"
-        raise BenchError(f"invalid config: {describe_validation(exc, f' (allowed: {allowed})', section)}") from None
+        refuse_bools_for_numbers(model, values)
+        resolved = model.model_validate(values).model_dump(mode="json")
+    except ValueError as exc:  # pydantic's ValidationError is one
+        message = describe_validation(exc, f" (allowed: {', '.join(model.model_fields) or 'none'})", section) \
+            if isinstance(exc, ValidationError) else f"{section}.{exc}"
+        raise BenchError(f"invalid config: {message}") from None
+    if problem := non_finite(resolved):
+        raise BenchError(f"invalid config: {section}.{problem}")
+    return resolved
+
+
+def non_finite(tree: Any, key: str = "") -> str | None:
+    """``<key>: ...`` naming the first NaN or infinite number in a nested dict or list; None if all are finite."""
+    if isinstance(tree, float) and not math.isfinite(tree):
+        return f"{key}: must be a finite number, got {tree}"
+    items = tree.items() if isinstance(tree, dict) else enumerate(tree) if isinstance(tree, list) else ()
+    for k, v in items:
+        if problem := non_finite(v, f"{key}.{k}" if key else str(k)):
+            return problem
+    return None
 
 
 def describe_validation(exc: ValidationError, unknown_hint: str = "", prefix: str = "") -> str:
@@ -232,7 +284,10 @@ def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]
             if not isinstance(child, dict):
                 raise BenchError(f"override {key}: {part} is not a section")
             node = child
-        node[leaf] = yaml.safe_load(value)
+        try:
+            node[leaf] = yaml.load(value, Loader=_UniqueKeyLoader)
+        except yaml.YAMLError as exc:
+            raise BenchError(f"override {item!r}: the value is not valid YAML ({yaml_problem(exc)})") from None
     return out
 
 
@@ -244,11 +299,31 @@ def yaml_problem(exc: yaml.YAMLError) -> str:
     return f"{getattr(exc, 'problem', None) or type(exc).__name__}{where}"
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """YAML's safe loader refusing a key given twice in one mapping (the plain loader keeps the last; a key
+    that overrides one merged in with ``<<: *anchor`` is not a repeat)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *anchor`: its keys may be overridden
+                continue
+            key = self.construct_object(key_node, deep=deep)
+            if isinstance(key, typing.Hashable) and key in seen:
+                raise yaml.constructor.ConstructorError(None, None, f"key {key!r} is given twice",
+                                                        key_node.start_mark)
+            seen.add(key)
+        return super().construct_mapping(node, deep)
+
+
+_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _UniqueKeyLoader.construct_mapping)
+
+
 def read_yaml_mapping(path: str | Path, what: str = "config file") -> dict[str, Any]:
-    """A YAML file holding a non-empty mapping; anything else is a one-line :class:`BenchError`."""
+    """A YAML file holding a non-empty mapping, each key once; anything else is a one-line :class:`BenchError`."""
     path = Path(path)
     try:
-        raw = yaml.safe_load(path.read_text())
+        raw = yaml.load(path.read_text(), Loader=_UniqueKeyLoader)
     except FileNotFoundError:
         raise BenchError(f"{what} {path} not found") from None
     except IsADirectoryError:

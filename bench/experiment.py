@@ -40,6 +40,9 @@ def build_config(raw: dict[str, Any], overrides: list[str] | None = None) -> Exp
     if cfg.partition.num_clients > spec.num_train:
         raise BenchError(f"invalid config: partition.num_clients={cfg.partition.num_clients} exceeds the "
                          f"{spec.num_train} training samples of {spec.name}")
+    if cfg.training.batch_size > spec.num_train:
+        raise BenchError(f"invalid config: training.batch_size={cfg.training.batch_size} exceeds the "
+                         f"{spec.num_train} training samples of {spec.name}; no client holds that many")
     partition = validate_params(get_partitioner(cfg.partition.scheme).params, cfg.partition.scheme_params,
                                 "partition")
     algorithm = validate_params(get_algorithm(cfg.algorithm.name).Params, cfg.algorithm.params, "algorithm")

@@ -74,10 +74,13 @@ def test_audit_a_real_cell_from_a_fresh_clone_and_catch_an_altered_record(clone:
         run = clone / "results" / "default" / "fedavg" / "iid" / f"seed{seed}"
         provenance = json.loads((run / "provenance.json").read_text())
         assert f"run      {run}" in out
-        assert f"partition sha256 {provenance['partition_sha256']} (matches" in out
+        assert f"partition sha256 {provenance['partition_sha256']} (the runs recorded)" in out
         assert f"dataset  digits sha256 {provenance['dataset_sha256']} (matches" in out
         assert f"config hash {provenance['config_sha256']} (the suite's current config)" in out
     assert out.count("(bitwise equal)") == 3  # each seed's value is its pinned value
+    assert out.count("each file's md5 is the one dvc.lock's stage output records") == 3
+    assert ": sha256 " in out and "verified: its data, scheme and seed make the same arrays" in out
+    assert out.endswith("audit    OK: every value, file and hash checked agrees\n")
 
     # A deliberate mismatch: alter one recorded value, re-run seed 0, and be told where.
     records = clone / "results" / "default" / "fedavg" / "iid" / "seed0" / "records.csv"
@@ -85,14 +88,89 @@ def test_audit_a_real_cell_from_a_fresh_clone_and_catch_an_altered_record(clone:
     index = next(i for i, line in enumerate(lines) if line.startswith("7,train_loss,"))
     lines[index] = "7,train_loss,,0.123"
     records.write_text("\n".join(lines) + "\n")
-    checked = bench(clone, "audit", "reports/default/summary.md", CELL, "--rerun", "--seed", "0",
-                    "--scratch", str(clone.parent))
+    try:
+        checked = bench(clone, "audit", "reports/default/summary.md", CELL, "--rerun", "--seed", "0",
+                        "--scratch", str(clone.parent))
+    finally:
+        _restore(clone, "results/default/fedavg")
     assert checked.returncode == 1, checked.stderr
     total = len(lines) - 1
     assert (f"rerun seed 0: MISMATCH: {total - 1} of {total} recorded values bitwise equal" in checked.stdout)
     assert "first difference: round 7, train_loss: recorded 0.123, re-run " in checked.stdout
     value = pinned["seeds"]["0"]["values"]["final_global_acc"]  # the cell's own value still reproduces bitwise
     assert f"statistic recorded {value!r}, re-run {value!r} (bitwise equal); first difference" in checked.stdout
+
+
+def _restore(clone: Path, *paths: str) -> None:
+    done = _run([DVC, "checkout", "--force", *paths], clone)
+    assert done.returncode == 0, done.stderr
+
+
+@pytest.mark.parametrize("edit, found", [
+    (lambda run: run.joinpath("metrics.json").write_text(
+        run.joinpath("metrics.json").read_text().replace('"status": "ok"', '"status": "ok" ')),
+     "seed 0: metrics.json in {run} differ from what `dvc repro` recorded"),
+    (lambda run: run.joinpath("records.csv").write_text(
+        run.joinpath("records.csv").read_text().replace("\n3,train_loss,,", "\n3,train_loss,,1", 1)),
+     "seed 0: records.csv in {run} differ from what `dvc repro` recorded"),  # a record the statistic does not use
+    (lambda run: run.joinpath("config.yaml").write_text(run.joinpath("config.yaml").read_text().replace("\nseed: 0\n",
+                                                                                                    "\nseed: 9\n")),
+     "seed 0: config.yaml is not the config metrics.json names"),
+], ids=["metrics.json", "unused-record", "config.yaml"])
+def test_audit_fails_when_a_recorded_value_or_file_differs(clone: Path, edit, found: str) -> None:  # type: ignore[no-untyped-def]
+    """Issue 29 item 3: without --rerun, audit exited 0 on DIFFERS and never looked at metrics.json or at the
+    records the statistic does not use."""
+    run = clone / "results" / "default" / "fedavg" / "iid" / "seed0"
+    edit(run)
+    try:
+        done = bench(clone, "audit", "reports/default/summary.md", CELL)
+        assert done.returncode == 1, done.stdout[-2000:] + done.stderr
+        assert "audit    FAILED" in done.stdout and f"  DIFFERS: {found.format(run=run)}" in done.stdout
+    finally:
+        _restore(clone, "results/default/fedavg")
+
+
+def test_audit_fails_on_a_value_differing_from_its_pin_and_on_a_forged_partition(clone: Path) -> None:
+    """Issue 29 items 3 and 4: a pinned value edited (audit printed DIFFERS and exited 0); two indices of the
+    partition swapped and partition.json's sha256 rewritten (audit, compare and versus all passed)."""
+    pinned = clone / "reports" / "pinned" / "default.json"
+    original = pinned.read_text()
+    data = json.loads(original)
+    data["values"]["fedavg"]["iid"]["seeds"]["1"]["values"]["final_global_acc"] += 1e-9
+    pinned.write_text(json.dumps(data))
+    try:
+        done = bench(clone, "audit", "reports/default/summary.md", CELL)
+        assert done.returncode == 1 and "(DIFFERS)" in done.stdout
+        assert "  DIFFERS: seed 1: the value 0.98 differs from the pinned 0.98" in done.stdout
+    finally:
+        pinned.write_text(original)
+    from tests.test_report import _forge
+
+    _forge(clone / "partitions" / "default" / "iid")
+    try:
+        done = bench(clone, "audit", "reports/default/summary.md", CELL)
+        assert done.returncode == 1 and "FORGED or stale: its arrays hash to" in done.stdout, done.stdout[-2000:]
+        compared = bench(clone, "compare", "--params", "params.yaml")
+        assert compared.returncode == 1 and "PARTITION: partition iid" in compared.stdout
+        versus = bench(clone, "versus", "fedprox", "--no-train", "--no-mlflow")
+        assert versus.returncode == 2 and versus.stderr.count("\n") == 1 and "FORGED or stale" in versus.stderr
+    finally:
+        _restore(clone, "partitions/default")
+
+
+@pytest.mark.slow
+def test_the_readme_quotes_the_audit_re_run_as_it_prints(clone: Path) -> None:
+    """The README's sample `--rerun` line is this command's output (issue 29 item 9: it said 108 of 108)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("readme_figures", REPO / ".ci" / "readme_figures.py")
+    assert spec is not None and spec.loader is not None
+    figures = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(figures)
+    done = bench(clone, "audit", *figures.AUDIT, "--scratch", str(clone.parent))
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr
+    assert figures.block((REPO / "README.md").read_text(), "audit") == figures.render_audit(figures.audit_line(
+        done.stdout.replace(str(clone.parent), "/tmp")))
 
 
 def test_audit_a_paper_cell_from_a_fresh_clone(clone: Path) -> None:
@@ -127,6 +205,11 @@ def test_cells_are_found_as_printed_or_by_id() -> None:
 def test_bad_input_is_one_line(tmp_path: Path) -> None:
     for args, words in ((["audit", str(REPO / "reports/default/summary.md"), "global/fedavg/nowhere"], "not in the report"),
                         (["audit", str(tmp_path / "summary.md"), CELL], "not found"),
-                        (["audit", str(REPO / "reports/default/drift.md"), CELL], "not a report bench audit reads")):
+                        (["audit", str(REPO / "reports/default/drift.md"), CELL], "not a report bench audit reads"),
+                        (["audit", "/etc/passwd", CELL], "not a report bench audit reads"),  # was an IndexError
+                        (["audit", "/summary.md", CELL], "not found"),
+                        (["audit", str(REPO / "reports/default/summary.md"), CELL, "--rerun", "--scratch",
+                          str(tmp_path / "missing")], "--scratch"),  # was a FileNotFoundError
+                        (["audit", str(REPO / "reports/default/summary.md"), CELL, "--seed", "x"], "invalid int")):
         done = bench(tmp_path, *args)
         assert done.returncode == 2 and done.stderr.count("\n") == 1 and words in done.stderr, done.stderr

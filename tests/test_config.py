@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -166,3 +167,67 @@ def test_an_unavailable_dataset_is_skipped_with_its_reason_only_when_asked(tmp_p
     assert "skipped cifar10" in capsys.readouterr().out
     reason = (tmp_path / "prepared" / "cifar10" / "UNAVAILABLE.txt").read_text()
     assert "cifar-10-python.tar.gz" in reason and "offline" in reason
+
+
+# ---------------------------------------------------------------- inputs refused before anything trains
+
+@pytest.mark.parametrize("content, args, message", [
+    ("training:\n  rounds: 3\n  rounds: 5\n", [], "key 'rounds' is given twice at line 3"),
+    ("training: {rounds: 3}\ntraining: {rounds: 4}\n", [], "key 'training' is given twice"),
+    ("training: {rounds: 1}\n", ["-S", "training.rounds=true"], "training.rounds: expected a number or a name, got true"),
+    ("training: {rounds: 1}\n", ["-S", "seed=false"], "seed: expected a number or a name, got false"),
+    ("training: {rounds: 1}\n", ["-S", "training.optimizer.lr=true"], "training.optimizer.lr: expected a number"),
+    ("training: {rounds: 1}\n", ["-S", "algorithm.name=fedprox", "-S", "algorithm.mu=true"],
+     "algorithm.mu: expected a number or a name, got true"),
+    ("training: {rounds: 1}\n", ["-S", "training.optimizer.lr=inf"], "training.optimizer.lr: Input should be a finite"),
+    ("training: {rounds: 1}\n", ["-S", "training.optimizer.lr=.inf"], "training.optimizer.lr: Input should be a finite"),
+    ("training: {rounds: 1}\n", ["-S", "training.grad_clip=nan"], "training.grad_clip: Input should be a finite"),
+    ("training: {rounds: 1}\n", ["-S", "algorithm.name=fedprox", "-S", "algorithm.mu=inf"],
+     "algorithm.mu: must be a finite number, got inf"),
+    ("training: {rounds: 1, batch_size: 1000000000}\n", [],
+     "training.batch_size=1000000000 exceeds the 1347 training samples of digits"),
+    ("name: \"a\\u0007bell\"\n", [], "name: 'a\\x07bell' holds '\\x07'"),
+    ("name: \"two\\nlines\"\n", [], "holds '\\n'"),
+    ("name: ../../etc/x\n", [], "name: '../../etc/x' holds '/'"),
+    ("name: a\\b\n", [], "holds '\\\\'"),
+    ("name: ..\n", [], "name: '..' is not a name"),
+    ("training: {rounds: 1}\n", ["-S", "training={rounds: 1, rounds: 2}"], "is given twice"),
+    ("training: {rounds: 1}\n", ["-S", "training.rounds=[unclosed"], "the value is not valid YAML"),
+    ("training: {rounds: 1}\n", ["--checkpoint-every", "-1"], "argument --checkpoint-every: '-1' is not a whole "
+                                                              "number >= 0"),
+    ("training: {rounds: 1}\n", ["--checkpoint-interval", "inf"], "'inf' is not a number of seconds >= 0"),
+    ("training: {rounds: 1}\n", ["--checkpoint-interval", "-5"], "'-5' is not a number of seconds >= 0"),
+], ids=["duplicate-key", "duplicate-section", "rounds-true", "seed-false", "lr-true", "algorithm-param-true",
+        "lr-inf", "lr-yaml-inf", "grad-clip-nan", "algorithm-param-inf", "absurd-batch", "bell-in-name",
+        "newline-in-name", "slash-in-name", "backslash-in-name", "dotdot-name", "duplicate-in-override",
+        "broken-override", "checkpoint-every-negative", "checkpoint-interval-inf", "checkpoint-interval-negative"])
+def test_bad_input_is_refused_in_one_line_before_anything_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                               content: str, args: list[str], message: str) -> None:
+    """Issue 29 items 5-6: each of these was accepted silently (the last duplicate key won, true ran one round,
+    -1 never checkpointed, a name went into MLflow with its control characters) or crashed with a traceback."""
+    path = tmp_path / "c.yaml"
+    path.write_text(content + "tracking: {mlflow: false}\n")
+    _refused(capsys, ["run", str(path), "--no-progress", "--out", str(tmp_path / "out"), *args], message)
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_config_of_legitimate_switches_and_merge_keys_still_loads(tmp_path: Path) -> None:
+    from bench.config import read_yaml_mapping
+
+    path = tmp_path / "c.yaml"
+    path.write_text("defaults: &d {rounds: 2, batch_size: 16}\ntraining:\n  <<: *d\n  rounds: 3\n  drop_last: true\n")
+    raw = read_yaml_mapping(path)
+    config = build_config({"training": raw["training"], "name": "fedavg-α_0.1 (seed 0)"})
+    assert (config.training.rounds, config.training.batch_size, config.training.drop_last) == (3, 16, True)
+
+
+def test_an_unwritable_run_folder_is_refused_before_training(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text("training: {rounds: 1}\ntracking: {mlflow: false}\n")
+    (tmp_path / "file").write_text("not a folder")
+    _refused(capsys, ["run", str(path), "--no-progress", "--out", str(tmp_path / "file" / "run")],
+             f"cannot use {tmp_path / 'file' / 'run'} as a run folder (Not a directory)")
+    if os.geteuid() != 0:  # root writes through permissions; the folder-under-a-file case above stands for it
+        (tmp_path / "locked").mkdir(mode=0o500)
+        _refused(capsys, ["run", str(path), "--no-progress", "--out", str(tmp_path / "locked" / "run")],
+                 "(Permission denied)")

@@ -59,11 +59,12 @@ def test_a_registered_step_hook_is_still_called() -> None:
 RUN_WITHOUT_COMPILER = """
 import sys
 from bench.experiment import build_config
+from bench.runner.checkpoint import EVERY_ROUND
 from bench.runner.executor import RunRequest, run_experiment
 for optimizer in ("sgd", "adam"):
     config = build_config({"training": {"rounds": 2, "optimizer": {"name": optimizer, "momentum": 0.0},
                                         "grad_clip": 1.0}, "tracking": {"mlflow": False}})
-    run_experiment(RunRequest(config, sys.argv[1] + optimizer, sys.argv[2]))  # checkpoints every round
+    run_experiment(RunRequest(config, sys.argv[1] + optimizer, sys.argv[2], checkpoint=EVERY_ROUND))
 print("torch._dynamo" in sys.modules)
 import torch._dynamo  # once imported (something compiles), the optimisers are torch's own again
 torch.optim.SGD(torch.nn.Linear(2, 1).parameters(), lr=0.1)

@@ -63,10 +63,11 @@ def test_fedprox_with_mu_zero_is_fedavg(data_dir: Path) -> None:
 
 
 def test_one_full_batch_round_is_one_large_batch_sgd_step(data_dir: Path) -> None:
-    """Σ_k (n_k/n) (w - lr g_k) = w - lr Σ_k (n_k/n) g_k = one SGD step on the union (BN-free model)."""
+    """Σ_k (n_k/n) (w - lr g_k) = w - lr Σ_k (n_k/n) g_k = one SGD step on the union (BN-free model). A batch of
+    the dataset's 1347 training images is each client's whole split (a larger one is refused)."""
     cfg = small_config(partition={"scheme": "iid", "num_clients": 5, "local_test_fraction": 0.0},
                        model={"name": "mlp"},
-                       training={"rounds": 1, "local_epochs": None, "local_steps": 1, "batch_size": 10_000,
+                       training={"rounds": 1, "local_epochs": None, "local_steps": 1, "batch_size": 1347,
                                  "optimizer": {"name": "sgd", "lr": 0.5}})
     result = run_federation(cfg, data_dir)
     data = load_dataset("digits", data_dir)

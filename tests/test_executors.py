@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from bench.errors import BenchError
+from bench.runner.checkpoint import EVERY_ROUND
 from bench.runner.executor import Executor, RunRequest
 from bench.runner.parallel import run_many
 from tests.conftest import small_config
@@ -62,7 +63,7 @@ def test_a_ray_task_whose_worker_dies_is_retried_and_resumes_to_the_same_result(
                                                                                 tmp_path: Path) -> None:
     reference = [RunRequest(small_config(training={"rounds": 40}), tmp_path / "reference", data_dir)]
     run_many(reference, Executor("serial"))
-    request = [RunRequest(small_config(training={"rounds": 40}), tmp_path / "ray", data_dir)]
+    request = [RunRequest(small_config(training={"rounds": 40}), tmp_path / "ray", data_dir, checkpoint=EVERY_ROUND)]
     killed: list[int] = []
     rounds: list[int] = []
     killer = threading.Thread(target=_kill_worker_after_round_3, args=(rounds, killed))

@@ -9,10 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from bench.runner.checkpoint import CHECKPOINT
-from bench.runner.executor import RunRequest, run_experiment
 from tests.conftest import small_config
-from tests.test_resume import RECORDS, _Killed, _kill_after
+from tests.test_resume import assert_resumes_bitwise
 
 
 @pytest.mark.parametrize("algorithm", [
@@ -30,13 +28,4 @@ def test_a_resumed_run_equals_an_uninterrupted_one(data_dir: Path, tmp_path: Pat
     cfg = small_config(algorithm=algorithm, training={"rounds": 3, "optimizer": {"name": "adam", "lr": 0.003}},
                        partition={"num_clients": 4, "local_test_fraction": 0.2, "validation_fraction": 0.1},
                        model={"name": model})
-    whole = tmp_path / "whole"
-    run_experiment(RunRequest(cfg, whole, data_dir))
-    cut = tmp_path / "cut"
-    with pytest.raises(_Killed):
-        run_experiment(RunRequest(cfg, cut, data_dir), progress=_kill_after(2))
-    assert (cut / CHECKPOINT).exists()
-    run_experiment(RunRequest(cfg, cut, data_dir))
-    for name in RECORDS:
-        assert (cut / name).read_bytes() == (whole / name).read_bytes(), name
-    assert '"resumed_from_round": 2' in (cut / "timing.json").read_text()
+    assert_resumes_bitwise(cfg, data_dir, tmp_path)

@@ -17,6 +17,7 @@ from bench.experiment import build_config
 from bench.models import assign_architectures, build_model
 from bench.runner.executor import RunRequest, run_experiment
 from bench.runner.federation import run_federation
+from tests.test_resume import assert_resumes_bitwise
 
 K = 10
 
@@ -209,18 +210,6 @@ def test_architecture_assignment_is_a_seeded_draw_recorded_with_the_run() -> Non
     assert result.architectures == assign_architectures(["cnn", "mlp"], 4, 0)
     assert [type(c.model).__name__ for c in result.state.clients] == [
         {"cnn": "SmallCNN", "mlp": "MLP"}[a] for a in result.architectures]
-
-
-def assert_resumes_bitwise(config, data_dir: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    """A run killed after round 2 and started again ends with the records of an uninterrupted run."""
-    from tests.test_resume import RECORDS, _Killed, _kill_after
-
-    run_experiment(RunRequest(config, tmp_path / "whole", data_dir))
-    with pytest.raises(_Killed):
-        run_experiment(RunRequest(config, tmp_path / "cut", data_dir), progress=_kill_after(2))
-    run_experiment(RunRequest(config, tmp_path / "cut", data_dir))
-    for name in RECORDS:
-        assert (tmp_path / "cut" / name).read_bytes() == (tmp_path / "whole" / name).read_bytes(), name
 
 
 @pytest.mark.parametrize("algorithm", [

@@ -17,7 +17,8 @@ from bench.algorithms.fedproto_fedal import feature_distance
 from bench.engine.ledger import payload_bytes
 from bench.errors import BenchError
 from bench.runner.federation import run_federation
-from tests.test_fedal import assert_resumes_bitwise, fedal_config
+from tests.test_fedal import fedal_config
+from tests.test_resume import assert_resumes_bitwise
 
 
 def test_cfd_quantisation_by_hand() -> None:

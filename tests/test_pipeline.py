@@ -8,6 +8,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -19,12 +20,13 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _scratch_project(folder: Path, seeds: list[int], rounds: int, settings: list[str],
-                     methods: list[str] | None = None) -> Path:
-    """dvc.yaml and bench/ copied into ``folder``; params.yaml = the default suite shrunk as asked."""
+                     methods: list[str] | None = None, **suite: Any) -> Path:
+    """dvc.yaml and bench/ copied into ``folder``; params.yaml = the default suite shrunk as asked (``suite``:
+    more keys of its suite section)."""
     shutil.copy(ROOT / "dvc.yaml", folder)
     shutil.copytree(ROOT / "bench", folder / "bench", ignore=shutil.ignore_patterns("__pycache__"))
     params = yaml.safe_load((ROOT / "params.yaml").read_text())
-    params["suite"].update(seeds=seeds, jobs=1)
+    params["suite"].update(seeds=seeds, jobs=1, **suite)
     params["suite"]["base"]["training"]["rounds"] = rounds
     params["settings"] = {k: params["settings"][k] for k in settings}
     if methods is not None:
@@ -67,7 +69,8 @@ def test_dvc_repro_report_pin_compare(project: Path) -> None:
     assert "0 CHANGED, 0 DRIFT, 0 MISSING" in drift_table
     assert any(line.split()[:3] == ["fedavg", "iid", "0"] for line in drift_table.splitlines())
     # the log: the summary line, not the table
-    assert "0 DRIFT, 0 MISSING, 0 not pinned (full table: reports/default/drift.md)" in passing.stdout
+    assert ("0 DRIFT, 0 MISSING, 0 not pinned; partitions: 2 of 2 verified against their data, scheme and seed "
+            "(full table: reports/default/drift.md)") in passing.stdout
     assert not any(line.split()[:3] == ["fedavg", "iid", "0"] for line in passing.stdout.splitlines())
 
     again = run_dvc(project, "repro")
@@ -97,7 +100,8 @@ def test_a_changed_config_fails_until_pinned(project: Path) -> None:
     changed = run_dvc(project, "repro")
     assert changed.returncode != 0
     # fedprox: 2 settings x (1 seed + the mean) x 4 values
-    assert ", 16 CHANGED, 0 DRIFT, 0 MISSING, 0 not pinned (full table: reports/default/drift.md)" in changed.stdout
+    assert (", 16 CHANGED, 0 DRIFT, 0 MISSING, 0 not pinned; partitions: 2 of 2 verified against their data, scheme "
+            "and seed (full table: reports/default/drift.md)") in changed.stdout
     assert "CHANGED: fedprox/iid: seed 0 trained with another config than pinned (8 values)" in changed.stdout
     assert "re-pin with `bench pin`" in changed.stdout
     pin = subprocess.run([sys.executable, "-m", "bench.cli", "pin"], cwd=project, capture_output=True, text=True)
@@ -134,8 +138,9 @@ def test_dvc_plots_draw_every_method(project: Path, tmp_path: Path) -> None:
 
 @pytest.fixture(scope="module")
 def small_project(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The default suite's dvc.yaml with one method, one setting, two seeds and 8 rounds."""
-    return _scratch_project(tmp_path_factory.mktemp("small"), [0, 1], 8, ["iid"], ["fedavg"])
+    """The default suite's dvc.yaml with one method, one setting, two seeds and 8 rounds, a checkpoint after
+    every round."""
+    return _scratch_project(tmp_path_factory.mktemp("small"), [0, 1], 8, ["iid"], ["fedavg"], checkpoint_interval_s=0)
 
 
 def test_a_stage_killed_mid_run_resumes_with_dvc_repro(small_project: Path) -> None:

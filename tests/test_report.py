@@ -143,6 +143,48 @@ def test_pin_then_compare(suite_root: Path, tmp_path: Path, capsys: pytest.Captu
     assert "DRIFT: fedavg/iid/mean final_global_acc" in capsys.readouterr().out
 
 
+def _forge(folder: Path) -> None:
+    """Swap two training indices of a saved partition and rewrite the sha256 its partition.json records."""
+    import numpy as np
+
+    from bench.data.partition import Partition, load_partition
+
+    part = load_partition(folder)
+    part.train[0][[0, 1]] = part.train[0][[1, 0]]
+    Partition.save(part, folder)
+    assert load_partition(folder).sha256 == part.sha256  # it passes its own check: only making it again tells
+
+
+def test_compare_fails_on_a_forged_partition(suite_root: Path, tmp_path: Path,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 29 item 4: two indices swapped and the sha256 rewritten; compare used to say every value ok."""
+    root = tmp_path / "copy"
+    shutil.copytree(suite_root, root)
+    pinned = tmp_path / "pinned.json"
+    data = ["--data-dir", str(root / "data")]
+    assert bench(root, "pin", "--out", str(pinned)) == 0
+    assert bench(root, "compare", "--pinned", str(pinned), *data) == 0
+    assert "partitions: 2 of 2 verified against their data, scheme and seed" in capsys.readouterr().out
+    _forge(root / "partitions" / "tiny" / "iid")
+    assert bench(root, "compare", "--pinned", str(pinned), *data) == 1
+    out = capsys.readouterr().out
+    assert "0 DRIFT, 0 MISSING" in out and "partitions: 1 of 2 verified" in out
+    assert f"PARTITION: partition iid ({root / 'partitions/tiny/iid'}): FORGED or stale: its arrays hash to " in out
+    # without the data at hand, the partition the runs recorded still tells
+    assert bench(root, "compare", "--pinned", str(pinned), "--data-dir", str(tmp_path / "nothing")) == 1
+    out = capsys.readouterr().out
+    assert "but the runs trained on" in out and "digits is not prepared in" in out
+
+
+def test_a_suite_nobody_pinned_compares_as_not_pinned(suite_root: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 29 item 8: a profile without a pinned file (FedAL's smoke) failed at the compare stage."""
+    assert bench(suite_root, "compare", "--data-dir", str(suite_root / "data")) == 0
+    out = capsys.readouterr().out
+    assert f"against {suite_root / 'reports/pinned/tiny.json'} (absent: nothing pinned; `bench pin` pins the runs): " \
+           "0 ok, 0 CHANGED, 0 DRIFT, 0 MISSING, 36 not pinned; partitions: 2 of 2 verified" in out
+    assert bench(suite_root, "compare", "--pinned", str(suite_root / "absent.json")) == 2  # named, it must exist
+
+
 def test_new_method_is_not_pinned_and_missing_pinned_run_fails(
         suite_root: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     pinned = tmp_path / "pinned.json"
@@ -322,17 +364,21 @@ def test_compare_with_out_prints_the_summary_and_what_failed(suite_root: Path, t
     pinned, drift = tmp_path / "pinned.json", tmp_path / "drift.md"
     assert bench(suite_root, "pin", "--out", str(pinned)) == 0
     capsys.readouterr()
-    assert bench(suite_root, "compare", "--pinned", str(pinned), "--out", str(drift)) == 0
+    data_dir = ["--data-dir", str(suite_root / "data")]
+    assert bench(suite_root, "compare", "--pinned", str(pinned), "--out", str(drift), *data_dir) == 0
     assert capsys.readouterr().out.splitlines() == [
-        f"suite tiny against {pinned}: 36 ok, 0 CHANGED, 0 DRIFT, 0 MISSING, 0 not pinned (full table: {drift})"]
-    assert len(drift.read_text().splitlines()) == 1 + 36 + 2  # header, a row per value, blank, summary
+        f"suite tiny against {pinned}: 36 ok, 0 CHANGED, 0 DRIFT, 0 MISSING, 0 not pinned; partitions: 2 of 2 verified "
+        f"against their data, scheme and seed (full table: {drift})"]
+    assert len(drift.read_text().splitlines()) == 1 + 36 + 1 + 2 + 2  # header, a row per value, the partitions, summary
 
     data = json.loads(pinned.read_text())
     data["values"]["fedavg"]["iid"]["seeds"]["1"]["values"]["final_global_acc"] += 1e-9
     pinned.write_text(json.dumps(data))
-    assert bench(suite_root, "compare", "--pinned", str(pinned), "--out", str(drift)) == 1
+    assert bench(suite_root, "compare", "--pinned", str(pinned), "--out", str(drift)) == 1  # no data: not made again
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0].endswith(f"35 ok, 0 CHANGED, 1 DRIFT, 0 MISSING, 0 not pinned (full table: {drift})")
+    assert lines[0].endswith(f"35 ok, 0 CHANGED, 1 DRIFT, 0 MISSING, 0 not pinned; partitions: 0 of 2 verified against "
+                             f"their data, scheme and seed (the data is not at hand for the others: --data-dir) "
+                             f"(full table: {drift})")
     assert lines[1].startswith("  DRIFT: fedavg/iid/seed1 final_global_acc: pinned ") and "tolerance exact" in lines[1]
     assert lines[2].startswith("DRIFT: a number left its tolerance") and len(lines) == 3
 

@@ -21,7 +21,7 @@ from bench.algorithms.fedavg import FedAvg
 from bench.cli import main
 from bench.engine.loop import Step
 from bench.errors import BenchError
-from bench.runner.checkpoint import CHECKPOINT
+from bench.runner.checkpoint import CHECKPOINT, EVERY_ROUND, read_checkpoint
 from bench.runner.executor import RunRequest, run_experiment
 from tests.conftest import small_config
 
@@ -41,8 +41,8 @@ CASES = {
 def _run(sections: dict, vectorize: bool, out: Path, data_dir: Path):  # type: ignore[no-untyped-def]
     training = {**sections.get("training", {}), "vectorize_clients": vectorize}
     config = small_config(**{**sections, "training": {"rounds": 3, **training}})
-    run_experiment(RunRequest(config, out, data_dir, keep_checkpoint=True))
-    return torch.load(out / CHECKPOINT, weights_only=False)
+    run_experiment(RunRequest(config, out, data_dir, checkpoint=EVERY_ROUND, keep_checkpoint=True))
+    return read_checkpoint(out / CHECKPOINT, torch.device("cpu"))
 
 
 def _curves(out: Path) -> list[list[str]]:
@@ -87,8 +87,10 @@ def test_clients_trained_together_are_reproducible_and_resume_bitwise(data_dir: 
             raise KeyboardInterrupt  # after round 2's checkpoint, as a kill would find it
 
     with pytest.raises(KeyboardInterrupt):
-        run_experiment(RunRequest(config, tmp_path / "cut", data_dir), stop_after_round_2)
-    run_experiment(RunRequest(config, tmp_path / "cut", data_dir))
+        run_experiment(RunRequest(config, tmp_path / "cut", data_dir, checkpoint=EVERY_ROUND), stop_after_round_2)
+    said: list[str] = []
+    run_experiment(RunRequest(config, tmp_path / "cut", data_dir, checkpoint=EVERY_ROUND), say=said.append)
+    assert said == [f"resuming {tmp_path / 'cut'} after round 2 of 4, from {CHECKPOINT}"]
     for name in ("metrics.json", "curves.csv", "records.csv"):
         assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes() \
             == (tmp_path / "cut" / name).read_bytes(), name

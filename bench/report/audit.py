@@ -16,18 +16,24 @@ records, partitions and prepared digits), so a fresh clone audits without traini
 """
 from __future__ import annotations
 
+import hashlib
+import json
 import re
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench.data.partition import load_partition
+import yaml
+
+from bench.config import read_yaml_mapping
 from bench.data.prepared import load_prepared
 from bench.data.registry import prepared_dir
 from bench.errors import BenchError
+from bench.experiment import build_config
 from bench.fileio import sha256_file
 from bench.report.paper_report import table_rows
+from bench.report.partition_check import check_partitions
 from bench.report.pinned import PinnedFile, default_pinned_path, load_pinned
 from bench.report.runs import ACC_METRICS, RunRecord, read_run, statistic_value
 from bench.report.suite_report import LABELS, METRIC_TITLES, STATISTICS
@@ -129,9 +135,16 @@ def find_cell(cells: list[Cell], name: str) -> Cell:
 
 def suite_of_report(report: Path, params: Path | None) -> Suite:
     """The suite a report belongs to: ``<root>/reports/<suite>/<file>`` with ``<root>/params.yaml``."""
-    if not report.exists():
+    if report.is_dir() or not report.exists():
         raise BenchError(f"report {report} not found; name a suite's reports/<suite>/summary.md or paper.md")
-    params = params or report.resolve().parents[2] / "params.yaml"
+    if report.name not in ("summary.md", "paper.md"):
+        raise BenchError(f"{report}: not a report bench audit reads; name a suite's summary.md or paper.md "
+                         "(reports/<suite>/)")
+    folders = report.resolve().parents
+    if params is None and (len(folders) < 3 or folders[1].name != "reports"):
+        raise BenchError(f"{report} is not in a suite's reports/<suite>/ folder; pass the suite's params file with "
+                         "--params")
+    params = params or folders[2] / "params.yaml"
     if not params.exists():
         raise BenchError(f"{params} not found; pass the suite's params file with --params")
     suite = load_suite(params)
@@ -152,19 +165,26 @@ class Audit:
     pinned: PinnedFile | None
     paper_value: str | None
 
-    def lines(self, data_dir: Path | None) -> list[str]:
+    def check(self, data_dir: Path | None) -> tuple[list[str], list[str]]:
+        """The chain from the printed cell to its sources, as lines, and every disagreement found on the way
+        (a value differing from its pinned one, a file differing from what DVC recorded, a config, dataset or
+        partition that is not the one the runs used): the audit fails when there is one."""
         c, s = self.cell, self.suite
+        problems: list[str] = []
         out = [f"report   {self.report}", f"cell     {c.printed_name}", f"id       {c.id}  (suite {s.name})"]
         out += [f"printed  {k}: {v}" for k, v in self.printed]
-        found = [v for v in self.values.values() if v is not None]
+        found = [value for seed in sorted(self.values) if (value := self.values[seed]) is not None]
+        pinned = self.pinned.values.get(c.method, {}).get(c.setting) if self.pinned else None
         if len(found) == len(self.values):
             mean, std = mean_std(found)
             out.append(f"value    {c.statistic.name} over seeds {list(self.values)}: mean {mean!r}"
                        + (f", sample std {std!r}" if std is not None else "") + " (recomputed from the records)")
-        pinned = self.pinned.values.get(c.method, {}).get(c.setting) if self.pinned else None
+            if pinned is not None and (pinned_mean := pinned.mean.get(c.statistic.name)) is not None \
+                    and pinned_mean != mean:
+                problems.append(f"the mean {mean!r} differs from the pinned mean {pinned_mean!r}")
         if self.pinned is not None and pinned is not None:
             commits = self.pinned.environment.get("git_commit")
-            out.append(f"pinned   mean {pinned.mean.get(c.statistic.name)!r} (reports/pinned/{self.pinned.suite}.json; "
+            out.append(f"pinned   mean {pinned.mean.get(c.statistic.name)!r} ({self.pinned_path}; "
                        f"pinned runs of commit {', '.join(commits) if isinstance(commits, list) else commits})")
         else:
             out.append("pinned   none (no pinned file, or this cell is not in it)")
@@ -176,10 +196,15 @@ class Audit:
                    f"metric={statistic.metric} (bench/suites/statistics.py), from each run's records.csv")
         lock = Path(s.params_file).resolve().parent if s.params_file else Path.cwd()
         here = code_version()["uv_lock_sha256"]
+        recorded = dvc_recorded_files(s, c.method)
+        runs = {seed: r for seed, r in self.runs.items() if not isinstance(r, str)}
+        trained = {str(r.provenance["partition_sha256"]) for r in runs.values() if "partition_sha256" in r.provenance}
+        partition = check_partitions(s, [c.setting], data_dir, {c.setting: trained})[0]
         for seed, record in self.runs.items():
             out.append(f"seed {seed}")
             if isinstance(record, str):
                 out.append(f"  run      {record}")
+                problems.append(f"seed {seed}: {record}")
                 continue
             prov, run_dir = record.provenance, record.run_dir
             out.append(f"  run      {run_dir}  value {self.values[seed]!r}")
@@ -188,13 +213,21 @@ class Audit:
                 same = pinned_seed.values.get(statistic.name) == self.values[seed]
                 out.append(f"  pinned   {pinned_seed.values.get(statistic.name)!r}"
                            f" ({'bitwise equal' if same else 'DIFFERS'})")
+                if not same:
+                    problems.append(f"seed {seed}: the value {self.values[seed]!r} differs from the pinned "
+                                    f"{pinned_seed.values.get(statistic.name)!r}")
+            out.append("  " + _files_line(run_dir, recorded, s.results_dir(c.method), problems, seed))
             config_sha = record.metrics["config_sha256"]
             current = s.config(c.method, c.setting, seed).sha256
+            written = _config_file_hash(run_dir / "config.yaml")
             out.append(f"  config   {run_dir / 'config.yaml'} sha256 {sha256_file(run_dir / 'config.yaml')}; "
                        f"config hash {config_sha}" + (" (the suite's current config)" if config_sha == current
-                                                       else f" (CHANGED: the suite's is now {current})"))
-            out.append("  " + _dataset_line(s, c, seed, prov.get("dataset_sha256"), data_dir))
-            out.append("  " + _partition_line(s.partition_dir(c.setting), prov.get("partition_sha256")))
+                                                       else f" (CHANGED: the suite's is now {current})")
+                       + ("" if written == config_sha else f"; config.yaml resolves to {written}: DIFFERS"))
+            if written != config_sha:
+                problems.append(f"seed {seed}: config.yaml is not the config metrics.json names")
+            out.append("  " + _dataset_line(s, c, seed, prov.get("dataset_sha256"), data_dir, problems))
+            out.append(f"  partition sha256 {prov.get('partition_sha256')} (the runs recorded)")
             commit = str(prov.get("git_commit", "unknown"))
             out.append(f"  code     commit {commit.removesuffix('-dirty')} "
                        + ("(DIRTY: uncommitted changes to bench/)" if commit.endswith("-dirty") else
@@ -207,10 +240,62 @@ class Audit:
                        f"({prov.get('cpu_kernels')}); device {prov.get('device')}; Python {prov.get('python')}; "
                        f"{prov.get('platform')}")
             out.append(f"  mlflow   {_mlflow_runs(run_dir, f'suite-{s.name}')}")
-        return out
+        files = ", ".join(sorted(p.name for p in partition.folder.iterdir() if p.suffix in (".json", ".npy"))) \
+            if partition.folder.is_dir() else "none"
+        out.append(f"{partition.line()}; files: {files}")
+        if partition.failed:
+            problems.append(partition.line())
+        out.append(f"audit    {'OK: every value, file and hash checked agrees' if not problems else 'FAILED'}"
+                   + "".join(f"\n  DIFFERS: {p}" for p in problems))
+        return out, problems
+
+    @property
+    def pinned_path(self) -> Path | None:
+        return default_pinned_path(self.suite.params_file, self.suite.name) if self.suite.params_file else None
 
 
-def _dataset_line(suite: Suite, cell: Cell, seed: int, recorded: str | None, data_dir: Path | None) -> str:
+def _config_file_hash(path: Path) -> str:
+    """The hash of the config a run's config.yaml holds, resolved as the run resolved it."""
+    return build_config(read_yaml_mapping(path, "run config")).sha256
+
+
+def dvc_recorded_files(suite: Suite, method: str) -> dict[str, str] | str:
+    """The md5 of every file DVC recorded for the method's results folder, a stage output: its ``.dir`` md5 in
+    the ``dvc.lock`` beside the suite's params file, and that listing in the repository's DVC cache (DVC's
+    documented cache layout: ``.dvc/cache/files/md5/<2>/<30>.dir``, a JSON list of ``{md5, relpath}``); or why
+    they are not at hand."""
+    folder = suite.results_dir(method).resolve()
+    lock = (Path(suite.params_file).resolve().parent if suite.params_file else Path.cwd()) / "dvc.lock"
+    if not lock.exists():
+        return f"no dvc.lock beside {suite.params_file}: the runs were not made by `dvc repro`"
+    stages = (yaml.safe_load(lock.read_text()) or {}).get("stages", {})
+    md5 = next((out.get("md5") for stage in stages.values() for out in stage.get("outs", [])
+                if (lock.parent / out["path"]).resolve() == folder), None)
+    if md5 is None or not md5.endswith(".dir"):
+        return f"{lock} records no output {folder}"
+    root = next((p for p in lock.parents if (p / ".dvc").is_dir()), None)
+    listing = root / ".dvc" / "cache" / "files" / "md5" / md5[:2] / md5[2:] if root else None
+    if listing is None or not listing.exists():
+        return f"DVC's cache holds no listing {md5} of {folder} (`dvc pull` fetches it)"
+    return {entry["relpath"]: entry["md5"] for entry in json.loads(listing.read_text())}
+
+
+def _files_line(run_dir: Path, recorded: dict[str, str] | str, results: Path, problems: list[str], seed: int) -> str:
+    names = sorted(p.name for p in run_dir.iterdir() if p.is_file()) if run_dir.is_dir() else []
+    if isinstance(recorded, str):
+        return f"files    {', '.join(names)}: not checked against DVC's record ({recorded})"
+    prefix = run_dir.resolve().relative_to(results.resolve()).as_posix()
+    expected = {rel.removeprefix(prefix + "/"): md5 for rel, md5 in recorded.items() if rel.startswith(prefix + "/")}
+    differing = [n for n in names if expected.get(n) != hashlib.md5((run_dir / n).read_bytes()).hexdigest()]
+    differing += [f"{n} (absent)" for n in sorted(set(expected) - set(names))]
+    if differing:
+        problems.append(f"seed {seed}: {', '.join(differing)} in {run_dir} differ from what `dvc repro` recorded")
+        return f"files    {', '.join(names)}: DIFFERS from dvc.lock's record: {', '.join(differing)}"
+    return f"files    {', '.join(names)}: each file's md5 is the one dvc.lock's stage output records"
+
+
+def _dataset_line(suite: Suite, cell: Cell, seed: int, recorded: str | None, data_dir: Path | None,
+                  problems: list[str]) -> str:
     name = suite.config(cell.method, cell.setting, seed).dataset.name
     folder = prepared_dir(name, data_dir)
     if not (folder / "manifest.json").exists():
@@ -218,17 +303,10 @@ def _dataset_line(suite: Suite, cell: Cell, seed: int, recorded: str | None, dat
                 f"`bench data prepare {name}`)")
     now = load_prepared(folder).sha256  # verifies every array against the manifest
     files = ", ".join(sorted(p.name for p in folder.iterdir() if p.suffix in (".json", ".npy")))
+    if now != recorded:
+        problems.append(f"seed {seed}: the dataset in {folder} is not the one the run recorded")
     return (f"dataset  {name} sha256 {recorded} ({'matches' if now == recorded else f'DIFFERS: {now}'} "
             f"{folder}: manifest.json over the sha256 of each array: {files})")
-
-
-def _partition_line(folder: Path, recorded: str | None) -> str:
-    if not (folder / "partition.json").exists():
-        return f"partition sha256 {recorded}; {folder} absent (fetch it with `dvc pull`)"
-    now = load_partition(folder).sha256  # verifies the index arrays
-    files = ", ".join(sorted(p.name for p in folder.iterdir() if p.suffix in (".json", ".npy")))
-    return (f"partition sha256 {recorded} ({'matches' if now == recorded else f'DIFFERS: {now}'} {folder}: "
-            f"scheme, parameters, seed and the sha256 of each index array: {files})")
 
 
 def _mlflow_runs(run_dir: Path, experiment: str) -> str:

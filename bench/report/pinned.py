@@ -31,7 +31,9 @@ finite (a target never reached) is not pinned.
   stayed within the default suite's tolerances). A deliberate change is re-pinned with ``bench pin``.
 
 ``bench compare`` writes the whole table to ``--out`` and prints the summary line and only what failed
-(CHANGED, DRIFT, MISSING), with what to do about it.
+(CHANGED, DRIFT, MISSING, and a saved partition that is not the one its data, scheme and seed make:
+:mod:`bench.report.partition_check`), with what to do about it. A suite with no pinned file at the
+default path (a profile nobody pinned) compares as all "not pinned", which does not fail.
 """
 from __future__ import annotations
 
@@ -47,6 +49,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from bench.config import describe_validation
 from bench.errors import BenchError
 from bench.fileio import write_json
+from bench.report.partition_check import PartitionCheck, check_partitions
 from bench.report.runs import RunKey, RunRecord, find_runs, repro_command, require_runs, run_values
 from bench.suites import Suite
 from bench.suites.statistics import Statistic, mean_std
@@ -168,6 +171,12 @@ def pin_warnings(path: Path) -> list[str]:
             "code, re-train (`dvc repro -f`) and pin again"] if dirty else []
 
 
+def nothing_pinned(suite: Suite) -> PinnedFile:
+    """The pinned file of a suite nobody pinned: every value compares as "not pinned"."""
+    return PinnedFile(format=FORMAT, format_version=FORMAT_VERSION, suite=suite.name, environment={},
+                      tolerance=Tolerance(), values={})
+
+
 def load_pinned(path: Path, suite: Suite) -> PinnedFile:
     """The pinned file of this suite; one clear :class:`BenchError` (with the fix) for any problem."""
     fix = f"re-create it with `bench pin` (after `bench suite train`), or restore it with `git checkout -- {path}`"
@@ -271,18 +280,31 @@ class Comparison:
     rows: list[Row]
     produce: str | None = None  # the command producing the suite's missing runs
     removed: tuple[str, ...] = ()  # pinned method/setting pairs the suite no longer has
+    partitions: tuple[PartitionCheck, ...] = ()  # the saved partitions of the settings compared
+    pinned_exists: bool = True  # False: no pinned file at the default path (nothing pinned)
 
     @property
     def failures(self) -> list[Row]:
         return [r for r in self.rows if r.failed]
 
     @property
+    def failed(self) -> bool:
+        """A value failed (CHANGED, DRIFT, MISSING) or a saved partition is not the one the runs used."""
+        return bool(self.failures) or any(c.failed for c in self.partitions)
+
+    @property
     def counts(self) -> dict[str, int]:
         return {s: sum(r.status == s for r in self.rows) for s in STATUSES}
 
     def summary_line(self) -> str:
-        return (f"suite {self.pinned.suite} against {self.path}: "
-                + ", ".join(f"{n} {s}" for s, n in self.counts.items()))
+        verified = sum(c.verified for c in self.partitions)
+        return (f"suite {self.pinned.suite} against {self.path}"
+                + ("" if self.pinned_exists else " (absent: nothing pinned; `bench pin` pins the runs)") + ": "
+                + ", ".join(f"{n} {s}" for s, n in self.counts.items())
+                + (f"; partitions: {verified} of {len(self.partitions)} verified against their data, scheme and seed"
+                   if self.partitions else "")
+                + (" (the data is not at hand for the others: --data-dir)"
+                   if any(c.made is None and not c.failed for c in self.partitions) else ""))
 
     def findings(self) -> list[str]:
         """What failed, in table order: one line per (method, setting) whose config changed, per drifted
@@ -313,8 +335,9 @@ class Comparison:
         runs_missing = {(m, s) for m, s, seed, _ in missing if seed is not None}
         lines += [f"  MISSING: {rows[0].run} ({_values(rows)}): {note}" for (m, s, seed, note), rows in missing.items()
                   if seed is not None or (m, s) not in runs_missing]
+        lines += [f"  PARTITION: {c.line()}" for c in self.partitions if c.failed]
         lines += [f"  not pinned: {method} ({n} values, new since the pin: `bench pin` adds them)"
-                  for method, n in not_pinned.items()]
+                  for method, n in not_pinned.items()] if self.pinned_exists else []
         return lines
 
     def advice(self) -> list[str]:
@@ -355,7 +378,8 @@ class Comparison:
                              r.status + (f" ({r.note})" if r.note else "")) for r in self.rows]
         widths = [max(len(row[i]) for row in table) for i in range(len(header) - 1)]
         lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths)) + "  " + row[-1] for row in table]
-        return "\n".join([*lines, "", self.summary_line(), *self.findings(), *self.advice()])
+        partitions = ["", *(c.line() for c in self.partitions)] if self.partitions else []
+        return "\n".join([*lines, *partitions, "", self.summary_line(), *self.findings(), *self.advice()])
 
     def summary(self, table: Path | str | None = None, limit: int = SHORT_LIMIT) -> str:
         """The summary line and what failed, without the table (for a log); ``table``: where the full one is."""
@@ -367,14 +391,17 @@ class Comparison:
         return "\n".join([self.summary_line() + where, *findings, *self.advice()])
 
 
-def compare(suite: Suite, path: Path) -> Comparison:
+def compare(suite: Suite, path: Path, data_dir: Path | None = None, required: bool = True) -> Comparison:
     """Every pinned value against the suite's current runs, and every current value not pinned.
 
     Exact where a run's environment fingerprint equals the pinned one, else the pinned tolerance; a run
     trained with another config than the pinned run is CHANGED; a pinned value whose run is missing,
     failed or stale is MISSING; all three fail. A value not pinned does not. A suite none of whose
-    runs exist is an error naming the command that produces them."""
-    pinned = load_pinned(path, suite)
+    runs exist is an error naming the command that produces them. The saved partition of every setting
+    compared is checked against the one its data (in ``data_dir``), scheme and seed make and the one its
+    runs recorded. Without ``required``, a pinned file absent at ``path`` means nothing is pinned."""
+    exists = required or Path(path).exists()
+    pinned = load_pinned(path, suite) if exists else nothing_pinned(suite)
     found, problems = find_runs(suite)
     if not found:
         raise BenchError(f"suite {suite.name} has none of its {len(problems)} runs in {suite.results_dir()} to "
@@ -435,4 +462,10 @@ def compare(suite: Suite, path: Path) -> Comparison:
     produce = {r.method for r in failed if r.method in methods and r.setting in settings}
     removed = tuple(dict.fromkeys(f"{r.method}/{r.setting}" for r in failed
                                   if r.method not in methods or r.setting not in settings))
-    return Comparison(Path(path), pinned, rows, repro_command(suite, produce) if produce else None, removed)
+    trained: dict[str, set[str]] = {}
+    for (_, setting, _), record in found.items():
+        recorded = record.provenance.get("partition_sha256")
+        trained.setdefault(setting, set()).update([recorded] if recorded else [])
+    partitions = tuple(check_partitions(suite, [s for s in settings if s in trained], data_dir, trained))
+    return Comparison(Path(path), pinned, rows, repro_command(suite, produce) if produce else None, removed,
+                      partitions, exists)

@@ -25,6 +25,7 @@ from bench.errors import BenchError
 from bench.fileio import atomic_write, write_text
 from bench.report.paired import ALPHA, CONFIDENCE, POWER, Paired, compare_all, detectable_difference, wilcoxon
 from bench.report.paper_report import markdown_table
+from bench.report.partition_check import check_partitions
 from bench.report.pinned import PinnedFile
 from bench.report.runs import RunKey, find_runs, read_run
 from bench.runner.executor import RunRequest
@@ -178,21 +179,32 @@ class Versus:
     skipped: tuple[str, ...] = ()  # suite methods without the statistic (e.g. Standalone: no global model)
 
 
-def versus_requests(suite: Suite, method: str, out: Path, data_dir: Path | None) -> list[RunRequest]:
-    """The new method's runs on the suite's pinned partitions and seeds that ``out`` lacks (a run whose
-    records hold the same config is reused)."""
+def verified_partitions(suite: Suite, data_dir: Path | None) -> dict[str, str]:
+    """Each setting's saved partition sha256, once it is verified to be the partition the setting's data,
+    scheme and seed make (:mod:`bench.report.partition_check`); a one-line error for the first that is not."""
+    checks = check_partitions(suite, suite.params.settings, data_dir, prepare=True)
+    for check in checks:
+        if check.saved is None and "absent" in check.why:
+            raise BenchError(f"partition {check.folder} not found; fetch the suite's partitions with `dvc pull`, or "
+                             f"write them with `bench suite partition --params {suite.params_file}`")
+        if not check.verified:
+            raise BenchError(check.line())
+    return {check.setting: str(check.saved) for check in checks}
+
+
+def versus_requests(suite: Suite, method: str, out: Path, data_dir: Path | None,
+                    partitions: dict[str, str]) -> list[RunRequest]:
+    """The new method's runs on the suite's pinned partitions (``partitions``: each setting's verified
+    sha256) and seeds that ``out`` lacks (a run whose records hold the same config and partition is reused)."""
     requests = []
     for setting in suite.params.settings:
-        partition = suite.partition_dir(setting)
-        if not (partition / "partition.json").exists():
-            raise BenchError(f"partition {partition} not found; fetch the suite's partitions with `dvc pull`, or "
-                             f"write them with `bench suite partition --params {suite.params_file}`")
         for seed in suite.params.suite.seeds:
             config = suite.config(method, setting, seed)
             run_dir = out / "runs" / setting / f"seed{seed}"
             record = read_run(run_dir)
-            if isinstance(record, str) or record.metrics.get("config_sha256") != config.sha256:
-                requests.append(RunRequest(config, run_dir, data_dir, partition))
+            if isinstance(record, str) or record.metrics.get("config_sha256") != config.sha256 \
+                    or record.provenance.get("partition_sha256") != partitions[setting]:
+                requests.append(RunRequest(config, run_dir, data_dir, suite.partition_dir(setting)))
     return requests
 
 
@@ -256,7 +268,8 @@ def versus_markdown(v: Versus, figure: str | None) -> str:
     parts = [f"# `{v.method}` versus the baselines of suite `{v.suite}`",
              f"Statistic `{v.statistic.name}`, in accuracy points; differences are {v.method} − baseline over "
              f"{len(v.pairs)} (setting, seed) pairs: settings {', '.join(settings)} × seeds "
-             f"{', '.join(map(str, seeds))}, on the suite's pinned partitions. Baselines: their "
+             f"{', '.join(map(str, seeds))}, on the suite's pinned partitions (verified: their data, scheme and seed "
+             "make them). Baselines: their "
              + ("pinned per-seed values (`reports/pinned/`), not re-trained." if v.source == "pinned"
                 else "runs in the suite's results folder.")
              + f" Mean of {v.method}: {_pts(float(np.mean(v.new)), sign=False)}.",

@@ -3,14 +3,19 @@
 :mod:`bench.runner.parallel`)."""
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
-from collections.abc import Callable
-from dataclasses import dataclass
+import os
+import sys
+import tempfile
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 from bench.config import ExperimentConfig
-from bench.runner.checkpoint import remove_checkpoint
+from bench.runner.checkpoint import CheckpointPolicy, Checkpoints, Say, remove_checkpoint
 from bench.runner.federation import ProgressFn, run_federation
 from bench.errors import BenchError, Diverged
 from bench.tracking import clear_run, log_mlflow, write_failure, write_run
@@ -19,42 +24,79 @@ from bench.tracking import clear_run, log_mlflow, write_failure, write_run
 @dataclass(frozen=True)
 class RunRequest:
     """One run and how to execute it: where its records go, its data and partition, and its
-    checkpoints (every ``checkpoint_every`` rounds, 0: never; removed when the run finishes unless
-    ``keep_checkpoint``). Execution settings never change a result, so they are not in the config."""
+    checkpoints (when :class:`~bench.runner.checkpoint.CheckpointPolicy` says; removed when the run
+    finishes unless ``keep_checkpoint``). Execution settings never change a result, so they are not in
+    the config."""
 
     config: ExperimentConfig
     out_dir: Path
     data_dir: Path | None = None
     partition_dir: Path | None = None
-    checkpoint_every: int = 1
+    checkpoint: CheckpointPolicy = field(default_factory=CheckpointPolicy)
     keep_checkpoint: bool = False
 
 
+def _stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+@contextlib.contextmanager
+def run_folder(out_dir: Path) -> Iterator[Path]:
+    """Hold ``out_dir`` for one run: created and checked writable before anything trains, and locked
+    (``flock`` on the folder itself, so no file is added to it) until the run's records are written. A
+    second run into a held folder is refused; the lock dies with its process, so a folder whose run was
+    killed (``kill -9`` included) is free at once."""
+    out = Path(out_dir)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        handle = os.open(out, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError as exc:
+        raise BenchError(f"cannot use {out} as a run folder ({exc.strerror}); give a folder you can write") from None
+    try:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise BenchError(f"run folder {out} is in use by another run; wait for it to finish, or give this run "
+                             "another folder") from None
+        try:
+            fd, probe = tempfile.mkstemp(dir=out, prefix=".write-check.")
+            os.close(fd)
+            os.unlink(probe)
+        except OSError as exc:
+            raise BenchError(f"cannot write in run folder {out} ({exc.strerror}); give a folder you can write") from None
+        yield out
+    finally:
+        os.close(handle)  # releases the lock
+
+
 def run_experiment(request: RunRequest, progress: ProgressFn | None = None, mlflow: bool = True,
-                   logger: Callable[[ExperimentConfig, Path], None] = log_mlflow) -> dict[str, Any]:
+                   logger: Callable[[ExperimentConfig, Path], None] = log_mlflow, say: Say = _stderr) -> dict[str, Any]:
     """Run one experiment, write its records to ``out_dir`` (and, unless ``mlflow`` is False or the
     config says otherwise, log them to MLflow with ``logger``); return metrics.json's content.
 
-    A run whose folder holds a checkpoint of the same run resumes from it. A diverged run writes
-    ``failure.json`` (never ``metrics.json``), is marked FAILED in MLflow and re-raises :class:`Diverged`."""
+    The folder is held for the run (:func:`run_folder`). A run whose folder holds a checkpoint of the
+    same run resumes from it, and says so with ``say`` (one line; so is a checkpoint refused). A
+    diverged run writes ``failure.json`` (never ``metrics.json``), is marked FAILED in MLflow and
+    re-raises :class:`Diverged`."""
     cfg = request.config
     log = mlflow and cfg.tracking.mlflow
-    clear_run(request.out_dir)
-    try:
-        result = run_federation(cfg, request.data_dir, request.partition_dir, progress,
-                                Path(request.out_dir) if request.checkpoint_every else None, request.checkpoint_every)
-    except Diverged as exc:
-        write_failure(request.out_dir, cfg, str(exc))
-        remove_checkpoint(request.out_dir)
+    with run_folder(request.out_dir) as out:
+        clear_run(out)
+        checkpoints = Checkpoints(out, request.checkpoint, say) if request.checkpoint.every else None
+        try:
+            result = run_federation(cfg, request.data_dir, request.partition_dir, progress, checkpoints)
+        except Diverged as exc:
+            write_failure(out, cfg, str(exc))
+            remove_checkpoint(out)
+            if log:
+                logger(cfg, out)
+            raise
+        write_run(result, out)
+        if not request.keep_checkpoint:
+            remove_checkpoint(out)
         if log:
-            logger(cfg, Path(request.out_dir))
-        raise
-    write_run(result, request.out_dir)
-    if not request.keep_checkpoint:
-        remove_checkpoint(request.out_dir)
-    if log:
-        logger(cfg, Path(request.out_dir))
-    return json.loads((Path(request.out_dir) / "metrics.json").read_text())
+            logger(cfg, out)
+        return json.loads((out / "metrics.json").read_text())
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ from bench.engine.setup import configure_torch
 from bench.engine.state import Client, ClientData, Server
 from bench.errors import BenchError, Diverged
 from bench.rng import numpy_stream
-from bench.runner.checkpoint import Checkpoint, ClientSnapshot, Record, load_checkpoint, save_checkpoint
+from bench.runner.checkpoint import Checkpoint, Checkpoints, ClientSnapshot, Record
 from bench.runner.rounds import run_round
 from bench.tracking import code_version
 
@@ -259,10 +259,15 @@ def run_identity(config: ExperimentConfig, dataset_sha256: str, partition_sha256
 
 def run_federation(config: ExperimentConfig, data_dir: str | Path | None = None,
                    partition_dir: str | Path | None = None, progress: ProgressFn | None = None,
-                   checkpoint_dir: Path | None = None, checkpoint_every: int = 1) -> RunResult:
-    """Run one experiment in this process and return its curves and records. With ``checkpoint_dir``,
-    resume from the checkpoint there (if it belongs to this run) and write one every
-    ``checkpoint_every`` rounds (0: never); nothing else is written."""
+                   checkpoints: Checkpoints | None = None) -> RunResult:
+    """Run one experiment in this process and return its curves and records. With ``checkpoints``,
+    resume from the checkpoint in its folder (if it belongs to this run) and write one when its policy
+    says; nothing else is written.
+
+    ``timing``: ``train_time_s``, ``eval_time_s``, ``checkpoint_time_s``, ``setup_time_s`` and ``wall_time_s``
+    are summed over the processes that ran the run (a resumed run: the earlier ones up to the checkpoint it
+    resumed from; work lost to a kill is not counted); ``process_wall_time_s`` is this process's alone;
+    ``processes`` counts them and ``resumed_from_round`` says where this one started."""
     started = time.perf_counter()
     device = configure_torch(config.threads, config.deterministic, config.device)
     data = load_dataset(config.dataset.name, data_dir)
@@ -292,20 +297,28 @@ def run_federation(config: ExperimentConfig, data_dir: str | Path | None = None,
     identity = run_identity(config, data.sha256, partition.sha256)
     curves: list[dict[str, float]] = []
     records: list[Record] = []
-    timing = {"train_time_s": 0.0, "eval_time_s": 0.0, "checkpoint_time_s": 0.0}
+    timing = {"train_time_s": 0.0, "eval_time_s": 0.0, "checkpoint_time_s": 0.0, "setup_time_s": 0.0,
+              "wall_time_s": 0.0, "processes": 0}
     start_round = 1
-    if checkpoint_dir is not None and (resumed := load_checkpoint(checkpoint_dir, identity, device)) is not None:
+    resumed = None if checkpoints is None else checkpoints.resume(identity, device, config.training.rounds)
+    if resumed is not None:
         server = resumed.server
         for client, snapshot in zip(clients, resumed.clients):
             client.model, client.optimizer, client.state = snapshot.model, snapshot.optimizer, snapshot.state
-        curves, records, timing = resumed.curves, resumed.records, resumed.timing
+        curves, records, timing = resumed.curves, resumed.records, {**timing, **resumed.timing}
         ctx.loss_guard.reference = resumed.loss_reference
         start_round = resumed.round + 1
         timing["resumed_from_round"] = resumed.round
+    before = dict(timing)  # the earlier processes' sums
+    timing["processes"] += 1
+
+    def elapsed() -> dict[str, float]:  # the sums with this process's time so far
+        return {"wall_time_s": before["wall_time_s"] + time.perf_counter() - started,
+                "process_wall_time_s": time.perf_counter() - started}
 
     evaluations = algorithm.evaluations()
     eval_at = evaluation_rounds(config)
-    timing["setup_time_s"] = time.perf_counter() - started
+    timing["setup_time_s"] = before["setup_time_s"] + time.perf_counter() - started
     for t in range(start_round, config.training.rounds + 1):
         tick = time.perf_counter()
         selected = [clients[c] for c in sample_clients(config, t)]
@@ -324,14 +337,12 @@ def run_federation(config: ExperimentConfig, data_dir: str | Path | None = None,
             records += [(t, metric, cid, value) for metric, cid, value in evaluated]
             timing["eval_time_s"] += time.perf_counter() - tick
         curves.append(row)
-        if checkpoint_dir is not None and checkpoint_every and t % checkpoint_every == 0 and t < config.training.rounds:
-            tick = time.perf_counter()
-            save_checkpoint(checkpoint_dir, Checkpoint(identity, t, server, [
-                ClientSnapshot(c.model, c.optimizer, c.state) for c in clients], curves, records, timing,
-                ctx.loss_guard.reference))
-            timing["checkpoint_time_s"] += time.perf_counter() - tick
+        if checkpoints is not None and t < config.training.rounds:
+            timing["checkpoint_time_s"] += checkpoints.after_round(t, lambda: Checkpoint(
+                identity, t, server, [ClientSnapshot(c.model, c.optimizer, c.state) for c in clients], curves, records,
+                {**timing, **elapsed()}, ctx.loss_guard.reference))
         if progress is not None:
             progress(t, row)
-    timing["wall_time_s"] = time.perf_counter() - started
+    timing.update(elapsed())
     return RunResult(config, data.sha256, partition.sha256, curves, records, timing, str(device), ctx.architectures,
                      RunState(partition, algorithm, server, clients))

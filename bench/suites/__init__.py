@@ -5,6 +5,7 @@ A suite is described by a params file (the root ``params.yaml`` for the default 
 
     suite:    {name, seeds, jobs, executor: serial|processes|ray, ray: {address, cpus_per_run, gpus_per_run,
                max_retries}, checkpoint_every: <rounds, default 1>,
+               checkpoint_interval_s: <seconds, default 60>,
                paper: <optional: the paper whose tables this suite makes: its plug-in's module file relative to
                        this params file (paper.py), or a registered paper's name; bench/suites/plugins.py>,
                statistics: [<statistic name>, ...],   # pinned and compared (default: DEFAULT_STATISTICS)
@@ -59,6 +60,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from bench.config import ExperimentConfig, apply_overrides, describe_validation, read_yaml_mapping
 from bench.experiment import build_config
+from bench.runner.checkpoint import CheckpointPolicy
 from bench.runner.executor import RunRequest
 from bench.errors import BenchError
 from bench.suites.paper import Paper
@@ -92,8 +94,11 @@ class SuiteSection(BaseModel):
         default_factory=lambda: [Statistic.model_validate(s) for s in DEFAULT_STATISTICS],
         description="pinned and compared for every run; the paper's cells add theirs")
     checkpoint_every: int = Field(1, ge=0, description=(
-        "each run writes its checkpoint every this many rounds (0: never); runs of thousands of short rounds "
-        "spend more time pickling their state than training at 1. Results never depend on it"))
+        "each run may write its checkpoint after every this many rounds (0: never). Results never depend on it"))
+    checkpoint_interval_s: float = Field(60.0, ge=0, allow_inf_nan=False, description=(
+        "and at least this many seconds apart, and 50 times as long as the last one took to write (at most 2 % "
+        "of a run's time; 0: after every checkpoint_every-th round whatever it costs; "
+        "bench/runner/checkpoint.py). Results never depend on it"))
     timing: str | None = Field(None, description="the per-round times file of `time_of` budgets (bench suite time), "
                                                  "relative to the suite's root")
     base: dict[str, Any] = Field(default_factory=dict)
@@ -332,7 +337,8 @@ class Suite:
     def requests(self, method: str, data_dir: Path | None = None) -> list[RunRequest]:
         return [RunRequest(self.config(method, setting, seed), self.run_dir(method, setting, seed), data_dir,
                            self.partition_dir(setting) if (self.partition_dir(setting) / "partition.json").exists()
-                           else None, self.params.suite.checkpoint_every)
+                           else None, CheckpointPolicy(self.params.suite.checkpoint_every,
+                                                       self.params.suite.checkpoint_interval_s))
                 for setting in self.settings_of(method) for seed in self.params.suite.seeds]
 
     def figure_config(self, figure: str) -> ExperimentConfig:
