@@ -11,8 +11,10 @@ import pytest
 import torch
 from torch import nn
 
-from bench.algorithms.fedal import (adversarial_gradients, adversarial_term, discriminator_loss, discriminator_round,
-                                    DiscriminatorState, lf_loss, payoffs, teacher_distribution)
+from bench.algorithms.fedal import (FedAL, TeacherReply, adversarial_gradients, adversarial_term, discriminator_loss,
+                                    discriminator_round, DiscriminatorState, lf_loss, payoffs, teacher_distribution)
+from bench.algorithms.knowledge_transfer import PublicOutputs
+from bench.engine.loop import Step
 from bench.experiment import build_config
 from bench.models import assign_architectures, build_model
 from bench.runner.executor import RunRequest, run_experiment
@@ -172,6 +174,57 @@ def test_communication_is_k_times_b_floats_up_and_2kb_down(data_dir: Path) -> No
         for t in (1, 2):
             assert sent[t, "upload_bytes"] == n * tau * K * b * 4
             assert sent[t, "download_bytes"] == n * tau * down * K * b * 4
+
+
+def test_a_client_step_on_its_transfer_loss_lowers_its_payoff() -> None:
+    """Clients minimise U_n (eq. 18, the min-max as written): with the distillation and less-forgetting
+    weights at 0, a client's transfer loss has the gradient adv_weight · ∂U_n/∂f_n in its logits (the
+    server's vector, with a plus sign), so a small step on it lowers U_n at the server's discriminator."""
+    result = run_federation(fedal_config(algorithm={"name": "fedal", "adv_weight": 0.5, "kd_weight": 0.0,
+                                                    "lf_global_weight": 0.0}, training={"rounds": 1}))
+    algorithm, client = result.state.algorithm, result.state.clients[2]
+    assert isinstance(algorithm, FedAL)
+    discriminator = result.state.server.state.discriminator
+    logits = torch.randn(1, 8, K, generator=torch.Generator().manual_seed(5))
+    targets = torch.tensor([client.cid])
+    gradient, before = adversarial_gradients(discriminator, logits, targets, 2.0)
+    own = logits[0].clone().requires_grad_(True)
+    reply = TeacherReply(logits[0], gradient[0], 4)
+    loss = algorithm.transfer_loss(Step(1, 0), client, torch.zeros(8, 1, 8, 8), PublicOutputs(own, own), reply)
+    (descent,) = torch.autograd.grad(loss, own)
+    assert torch.allclose(descent, 0.5 * gradient[0], atol=1e-7)
+    after = payoffs(discriminator, (own - 1.0 * descent).detach()[None], targets, 2.0)
+    assert after.item() < before.item()
+
+
+def test_each_stage_starts_its_less_forgetting_snapshot_from_the_model_as_it_stands(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """r_loc's frozen model is θ_n^{t,0}, the model the round starts from, and r_glo's is θ_n^{t+½,0}, the
+    model local training just produced (eqs. 13-14, Algorithm 1): each stage takes its snapshot at its start,
+    in every round, for every client."""
+    seen: list[tuple[str, int, bool]] = []
+
+    def same(client: Any) -> bool:
+        snapshot, model = client.state.snapshot.state_dict(), client.model.state_dict()
+        return snapshot.keys() == model.keys() and all(torch.equal(snapshot[k], model[k]) for k in model)
+
+    before_local, start_public = FedAL.before_local, FedAL.start_public
+
+    def local_spy(self: FedAL, round_index: int, client: Any) -> None:
+        before_local(self, round_index, client)
+        seen.append(("local", round_index, same(client)))
+
+    def public_spy(self: FedAL, round_index: int, client: Any) -> Any:
+        loop = start_public(self, round_index, client)
+        seen.append(("global", round_index, same(client)))
+        return loop
+
+    monkeypatch.setattr(FedAL, "before_local", local_spy)
+    monkeypatch.setattr(FedAL, "start_public", public_spy)
+    run_federation(fedal_config(training={"rounds": 2}))
+    assert sorted((stage, t) for stage, t, _ in seen) == sorted(
+        (stage, t) for stage in ("local", "global") for t in (1, 2) for _ in range(4))
+    assert all(fresh for _, _, fresh in seen), seen
 
 
 def test_lockstep_public_batches_are_identical_across_clients() -> None:
