@@ -94,7 +94,7 @@ class OptimizerConfig(Strict):
 
 class LRDecayConfig(Strict):
     every: int | None = Field(None, ge=1, description="multiply the learning rate by `factor` every this many "
-                                                       "rounds (FedHKD paper A6); null: constant")
+                                                       "rounds (pipelines/fedhkd/NOTES.md A6); null: constant")
     factor: float = Field(0.5, gt=0, le=1)
 
 

@@ -252,7 +252,7 @@ TABLE1 = [
 @pytest.mark.parametrize("dataset,backbone,d,n,fedavg,fedprox,moon,fedgen", TABLE1)
 def test_fedhkd_table1_params(dataset: str, backbone: str, d: int, n: int, fedavg: float, fedprox: float,
                               moon: float, fedgen: float) -> None:
-    """pipelines/fedhkd/NOTES.md §4, §6 R6: Params (M) counts the models resident during local training.
+    """pipelines/fedhkd/NOTES.md §4, §10 R6: Params (M) counts the models resident during local training.
 
     The paper truncates the base model's count to 3 decimals and then multiplies it (FedProx 2x = local
     + global copy; MOON 3x = local + global + previous); multiplying the exact count would give 2.573

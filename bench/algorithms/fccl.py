@@ -5,7 +5,7 @@ WenkeHuang/FCCL, ``fccl+/models/fccl.py`` and ``utils/training.py``, read for th
 * **Intra-domain pre-training** (once, at a client's first round): the client's model trains on its
   private data alone for ``pretrain_epochs`` = 50 epochs, Adam (``pretrain_lr`` 1e-3) with the learning
   rate cosine-annealed per epoch to 1e-6, capped at ``pretrain_steps`` steps (None: the run's local budget,
-  rounds × τ: the spec's "min(50 epochs, the equivalent of the run's local budget)"). The client starts
+  rounds × τ: pipelines/fedal/NOTES.md §3.2.4, capped at the run's local budget). The client starts
   from it; a frozen copy is θ^intra, and another is θ^inter (the official ``ini``).
 * **Collaborative update** on public data, first in each round (the official order ``col_update`` then
   ``loc_update``): per lockstep public batch, each client uploads its logits Z_n (B × K), the server

@@ -1,6 +1,6 @@
 """FedDF-AL — FedAL's adversarial and less-forgetting components added to FedDF in the shareable-model
 setting (pipelines/fedal/NOTES.md §3.2.8, Fig. 10). The paper names it and gives τ = 15 and E = 2 but not its
-design; this is the spec's recommended reading [ASSUMPTION]:
+design; this is the reading of pipelines/fedal/NOTES.md §3.2.8 [ASSUMPTION]:
 
 * FedDF (:mod:`bench.algorithms.feddf`): one server model θ_g per architecture group, FedAvg within the
   group, ensemble distillation towards the mean logits of all the round's received client models;
@@ -18,7 +18,8 @@ design; this is the spec's recommended reading [ASSUMPTION]:
 
 The teacher is FedDF's ensemble, so the difference from FedDF isolates AL and LF. With one group the
 discriminator has one output and U_g is constant: FedDF-AL is then FedDF with the LF terms. Not
-implemented: the spec's alternative of playing the game among the N client models before averaging.
+implemented: the alternative (pipelines/fedal/NOTES.md §3.2.8) of playing the game among the N client
+models before averaging.
 """
 from __future__ import annotations
 

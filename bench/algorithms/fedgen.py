@@ -17,9 +17,9 @@ Client, from round 2 (round 1 is CE only), per batch (x, y) of size B, generator
     CE(x, y) + (B_gen/B)·α_t·CE(G_ω(G_w(ε, ŷ)), ŷ) + β_t·KL(softmax(G_ω(G_w(ε, y))) ‖ softmax(logits(x)))
 
 with ŷ ~ U{0..n−1} of size B_gen = 32, the KL "batchmean" and its target detached, and
-α_t = β_t = max(1e-4, 10·0.98^(t−1)) in 1-based round t (the spec's 0-indexed t).
+α_t = β_t = max(1e-4, 10·0.98^(t−1)) in 1-based round t (FedGen's 0-indexed round glob_iter is t − 1).
 
-Readings (FedGen's code where the spec is silent, as pipelines/dafkd/NOTES.md §2.4 records it):
+Readings (FedGen's code where the paper is silent, as pipelines/dafkd/NOTES.md §2.4 records it):
 * label counts c_{u,y} start at 1 for every label and add the labels of every batch the client trained
   on this round (all local epochs); "qualified" labels are those with max_u c_{u,y} > 1;
 * the teacher heads are the selected clients' classifiers after local training, applied with their
@@ -141,7 +141,7 @@ class FedGen(ParameterAveraging[FedGenClient, GeneratorState, nn.Module, torch.T
 
     def resident_parameters(self, model: nn.Module) -> int:
         """The client model plus the (frozen) generator it samples latents from: Table 1's Params (pipelines/fedhkd/NOTES.md
-        §6 R6). Added to the base count truncated to 3 decimals (as the paper's FedProx/MOON values are) this
+        §10 R6). Added to the base count truncated to 3 decimals (as the paper's FedProx/MOON values are) this
         generator gives the printed CIFAR-10/100 values but 1.341 for SVHN's 1.357, which only a 64-dim
         generator without BN parameters fits (tests/test_models.py, pipelines/fedhkd/README.md)."""
         generator = self._build_generator(model.feature_dim)  # type: ignore[arg-type]  # torch: Module attributes are Tensor | Module

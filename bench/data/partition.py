@@ -165,7 +165,7 @@ def _dirichlet_per_class(labels: np.ndarray, num_clients: int, params: Dirichlet
 def _dirichlet_per_client(labels: np.ndarray, num_clients: int, alpha: float,
                           rng: np.random.Generator) -> Indices:
     """FedAL default (pipelines/fedal/NOTES.md §4.2): each client draws class proportions q ~ Dir_C(alpha) and
-    gets m = floor(N / K) samples drawn by those proportions without replacement; when a class runs
+    gets m = ⌊|D_train| / N⌋ samples (N clients) drawn by those proportions without replacement; when a class runs
     out, q is renormalised over the classes left and the shortfall redrawn. Leftovers are dropped."""
     classes = np.unique(labels)
     m = len(labels) // num_clients

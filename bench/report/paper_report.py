@@ -127,8 +127,8 @@ def paper_markdown(suite: Suite, runs: dict[RunKey, RunRecord], summary: dict[st
               f"({' / '.join(d.groups.values()) or 'in order'}) for orientation; the ranks (ours; paper per column "
               f"it stands for, among {d.ranked_among}) and the claims below are the comparison.")
              + (f" Not ranked (not rows of the paper's tables): {', '.join(unranked)}." if unranked else ""),
-             "†: secondary statistic (optimistic: it selects on the test set). ‡: a printed value the spec "
-             "doubts (low confidence).",
+             "†: secondary statistic (optimistic: it selects on the test set). ‡: a printed value the reading notes "
+             "doubt (low confidence).",
              *([provenance] if provenance else [])]
 
     def pinned_mean(method: str, column: ReportColumn, measure: str) -> float | None:

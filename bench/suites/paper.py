@@ -227,7 +227,7 @@ class PaperDefinition(_Strict):
     tables: dict[str, Table] = Field(min_length=1)
     analogues: dict[str, Analogue] = Field(default_factory=dict)
     low_confidence: list[tuple[str, str, str]] = Field(default_factory=list, description=(
-        "(method, column, measure) cells whose printed value the spec doubts"))
+        "(method, column, measure) cells whose printed value the reading notes doubt"))
     acceptance: Acceptance | None = None
     figures: dict[str, Figure] = Field(default_factory=dict, description="curves drawn from the records")
     _values: dict[CellKey, float | None] = PrivateAttr(default_factory=dict)

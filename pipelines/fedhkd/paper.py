@@ -17,7 +17,7 @@ from bench.suites.paper import (TIME_RATIO, Claim, Paper, PaperDefinition, Repor
 from bench.suites.plugins import register_paper
 
 BETA_PAIRS = [(f"{d}-b0.2", f"{d}-b5") for d in ("cifar10", "svhn")]  # Table 2: the same data at β = 0.2 and 5
-STATED_GAINS = {  # §4.2 "Accuracy comparison" (spec §6.1): FedHKD's relative gain over FedAvg, in %
+STATED_GAINS = {  # paper §4.2 "Accuracy comparison" (NOTES.md §6.1): FedHKD's relative gain over FedAvg, in %
     **{(f"svhn-m{m}", "local"): g for m, g in zip((10, 20, 50), (19.5, 14.3, 20.6))},
     **{(f"svhn-m{m}", "global"): g for m, g in zip((10, 20, 50), (37.0, 15.6, 39.5))},
     **{(f"cifar10-m{m}", "local"): g for m, g in zip((10, 20, 50), (5.1, 8.9, 14.5))},
@@ -41,7 +41,7 @@ class FedHKD(Paper):
         return None if group is None else self.definition.extra("time_s", group, method)
 
     def claims(self, results: Results) -> list[Claim]:
-        """The paper's claims (§4.2 text, §6.1, §10 acceptance criteria (b)-(d)), checked on ``results``.
+        """The paper's claims (paper §4.2 text, §6.1, §10 acceptance criteria (b)-(d)), checked on ``results``.
         "Beats", "better", "improves" are strict (>); the time ratios use the tolerances their texts state."""
         d = self.definition
         cols1 = results.table("table1")
@@ -62,11 +62,11 @@ class FedHKD(Paper):
 
         ranks = [r for c in results.columns for m in ("local", "global") if (r := results.rank(d.proposed, c, m))]
         return [
-            pairs_claim("FedHKD's local accuracy beats FedAvg's in every Table-1 column (§4.2, §10 b)",
+            pairs_claim("FedHKD's local accuracy beats FedAvg's in every Table-1 column (paper §4.2, §10 b)",
                         [(acc("fedhkd", c, "local"), acc("fedavg", c, "local")) for c in cols1], "all"),
-            pairs_claim("FedHKD's global accuracy beats FedAvg's in most Table-1 columns (§4.2, §10 b)",
+            pairs_claim("FedHKD's global accuracy beats FedAvg's in most Table-1 columns (paper §4.2, §10 b)",
                         [(acc("fedhkd", c, "global"), acc("fedavg", c, "global")) for c in cols1], "most"),
-            stated_claim("FedHKD's gain over FedAvg is at least the stated one (§4.2: SVHN local +19.5/+14.3/+20.6 %, "
+            stated_claim("FedHKD's gain over FedAvg is at least the stated one (paper §4.2: SVHN local +19.5/+14.3/+20.6 %, "
                          "global +37.0/+15.6/+39.5 %; CIFAR-10 local +5.1/+8.9/+14.5 %, global +14.5/+9.9/+45.6 %; "
                          "CIFAR-100 local +26.3/+23.6/+26.9 %; less 0.05 point of rounding; paper columns only)",
                          [(f"{d.column(key).label} {measure}", _gain(results, key, measure), stated)
@@ -74,9 +74,9 @@ class FedHKD(Paper):
             pairs_claim("FedGen is worse than FedAvg, local and global"
                         + (" on SVHN" if results.by_value else " (the paper: on SVHN)") + " (§6.1 i, §10 c)",
                         [(acc("fedavg", c, m), acc("fedgen", c, m)) for c in svhn for m in ("local", "global")], "all"),
-            pairs_claim("FedHKD* has a better global accuracy than FedProto (§4.2, §6.1)",
+            pairs_claim("FedHKD* has a better global accuracy than FedProto (paper §4.2, §6.1)",
                         [(acc("fedhkd_star", c, "global"), acc("fedproto", c, "global")) for c in cols1], "most"),
-            *(pairs_claim(f"FedAlign beats FedProx and MOON, local and global, {where} (§4.2; §6.1 ii reads it "
+            *(pairs_claim(f"FedAlign beats FedProx and MOON, local and global, {where} (paper §4.2; §6.1 ii reads it "
                           "on SVHN)",
                           [(acc("fedalign", c, m), best(["fedprox", "moon"], c, m))
                            for c in columns for m in ("local", "global")], "all")
@@ -87,21 +87,21 @@ class FedHKD(Paper):
                         "all"),
             self._table2_claim(results),
             pairs_claim("FedProto's global accuracy deteriorates at β=0.2: its gap to FedHKD is wider than at β=5 "
-                        "(§4.2, §6.1 v)", [(gap(b02), gap(b5)) for b02, b5 in beta_pairs], "all"),
+                        "(paper §4.2, §6.1 v)", [(gap(b02), gap(b5)) for b02, b5 in beta_pairs], "all"),
             range_claim("MOON takes ≳ 2× FedAvg's time per round (§10 c: ≥ 1.95×)", time_ratio("moon"), 1.95, None),
             range_claim("FedAlign takes ≳ 2× FedAvg's time per round (§10 c: ≥ 1.95×)", time_ratio("fedalign"),
                         1.95, None),
-            range_claim("FedMD takes about twice FedAvg's time per round (§4.2; \"about\": 2× ± 25 %, 1.5–2.5×)",
+            range_claim("FedMD takes about twice FedAvg's time per round (paper §4.2; \"about\": 2× ± 25 %, 1.5–2.5×)",
                         time_ratio("fedmd"), 1.5, 2.5),
             range_claim("FedHKD's time per round is at most ~1.5× FedAvg's (§10 c: ≤ 1.5×)", time_ratio("fedhkd"),
                         None, 1.5),
-            Claim("FedHKD generally ranks best or second best (§4.2, §6.1)",
+            Claim("FedHKD generally ranks best or second best (paper §4.2, §6.1)",
                   sum(r <= 2 for r in ranks) > len(ranks) / 2 if ranks else None,
                   f"top-2 in {sum(r <= 2 for r in ranks)}/{len(ranks)} cells"),
         ]
 
     def _table2_claim(self, results: Results) -> Claim:
-        """§4.2: "As shown in Table 2, FedHKD improves both local and global accuracy in all settings,
+        """Paper §4.2: "As shown in Table 2, FedHKD improves both local and global accuracy in all settings,
         surpassing other methods except FedMD on SVHN dataset for β = 5": FedHKD beats every other row
         in every Table-2 cell, FedMD excepted where every column the cell stands for is SVHN β=5."""
         d = self.definition
@@ -118,7 +118,7 @@ class FedHKD(Paper):
                 best = max(others, key=others.__getitem__)
                 if others[best] >= mine:
                     misses.append(f"{column.label} {measure}: {d.label(best)} {others[best]:.4f} ≥ {mine:.4f}")
-        return Claim("FedHKD beats every other method in every Table-2 cell, except FedMD on SVHN β=5 (§4.2)",
+        return Claim("FedHKD beats every other method in every Table-2 cell, except FedMD on SVHN β=5 (paper §4.2)",
                      None if not cells else not misses,
                      f"{cells - len(misses)}/{cells}" + (f"; not best: {'; '.join(misses)}" if misses else ""))
 
@@ -171,7 +171,7 @@ def parameter_counts(suite: SuiteView, datasets: list[str]) -> dict[str, dict[st
 
 def _gain(results: Results, paper_column: str, measure: str) -> float | None:
     """FedHKD's relative gain over FedAvg in %, in our column that is this paper column itself (None for
-    an analogue: gains are per dataset, §4.2)."""
+    an analogue: gains are per dataset, paper §4.2)."""
     column = results.column(paper_column)
     if column is None or not column.exact:
         return None
