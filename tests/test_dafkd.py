@@ -222,7 +222,8 @@ def test_a_round_logs_the_diagnostics() -> None:
 def test_averaged_running_statistics_survive_distillation_and_the_parameters_stay_distilled() -> None:
     """``student_bn_stats: averaged``: after distillation the global model's BatchNorm buffers are ŵ's; its
     parameters are the distilled ones, the same as by default (which leaves the buffers as the student's
-    train-mode forwards on D̂^g moved them, §1.7.12, A11)."""
+    train-mode forwards on D̂^g moved them, §1.7.12, A11; the released code's test-set statistics, §1.7.17, are not
+    reproduced)."""
     default, kept = (run_federation(dafkd_config(rounds=2, **extra)).state.server for extra in
                      ({}, {"student_bn_stats": "averaged"}))
     buffers = dict(kept.model.named_buffers())

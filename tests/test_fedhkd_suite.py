@@ -81,7 +81,7 @@ def test_stated_gains_are_checked_by_value_only() -> None:
 
 
 def test_paper_ranks() -> None:
-    """FedHKD's ranks among the 9 rows, as the spec recomputes them (§6.1)."""
+    """FedHKD's ranks among the 9 rows, as the reading notes recompute them (NOTES.md §6.1)."""
     paper = fedhkd.PAPER.printed()
     assert [paper.rank("fedhkd", paper.column(f"svhn-m{m}"), "local") for m in (10, 20, 50)] == [1, 1, 4]
     assert paper.rank("fedhkd", paper.column("cifar10-b0.2"), "local") == 2  # FedHKD* is best there

@@ -13,7 +13,7 @@ Each round, every client still in the federation (reputation r_k > 0):
 
 The reward (step 4) differs between the two modes; ``reward_share`` records it per client and round:
 
-- ``paper`` [I, the spec's summary of the paper]: the client downloads the ⌊q_k·D⌋ largest-magnitude
+- ``paper`` [I, pipelines/fedakd/NOTES.md §4 CFFL's summary of the paper]: the client downloads the ⌊q_k·D⌋ largest-magnitude
   entries of the others' aggregate u − (n_k/Σn)·u_k, q_k = r_k / max_j r_j, and adds them to the personal
   model it trained (``download: reputation``).
 - ``code`` (FedAKD's ``cffl.py``, §4 [C]): the whole aggregate less the client's own upload scaled by its

@@ -8,7 +8,8 @@ with the ⌊q_k·D⌋ largest-magnitude entries of u, q_k = tanh(β·r_k) / max_
 degree; :func:`reward_count`) — so the better a client's update aligns with the federation's, the more of
 the aggregate it gets. ``reward_share`` records q_k per client and round.
 
-``mode: code`` is FedAKD's ``cgsv.py`` [C], ``paper`` the spec's summary of the paper [P/I]: the switches of
+``mode: code`` is FedAKD's ``cgsv.py`` [C], ``paper`` the summary of the paper in
+pipelines/fedakd/NOTES.md §4 CGSV [P/I]: the switches of
 :class:`CGSVParams` (the aggregate's weights, the update's entries, what the reward is added to) and those of
 :mod:`bench.algorithms.rewards` (code: a copy of the global model, all local data).
 

@@ -30,8 +30,8 @@ in full, common initial weights) plays Eqs. 2-3 against G_k and gives α̂. Othe
 parameter: the conditional generator G-cond fed a random label (``generator: cond``, A6), the literal
 saturating Eq. 3 (``gen_loss: saturating``, A7), distillation without the first-round skip
 (``skip_first_distill: false``), ŵ's averaged BatchNorm running statistics kept through distillation
-(``student_bn_stats: averaged``; by default, as in §1.7.12, A11 and [C], the student's train-mode forwards on
-D̂^g overwrite them — on the digits proxy, whose generated samples are far from the data, that alone costs the
+(``student_bn_stats: averaged``; by default, as in §1.7.12 and A11, the student's train-mode forwards on
+D̂^g overwrite them (the released code then overwrites them again with the test set's, §1.7.17, not reproduced) — on the digits proxy, whose generated samples are far from the data, that alone costs the
 distilled model more than its updates gain, see pipelines/dafkd/README.md). E counts epochs or steps as the
 run's ``training`` section says (A1).
 
@@ -133,7 +133,8 @@ class DaFKDParams(ModeParams, AveragingParams):
         "(batch statistics; their buffers untouched)")
     student_bn_stats: Literal["distilled", "averaged"] = Field(
         "distilled", description="the student's BatchNorm running statistics after distillation: as its train-mode "
-                                 "forwards on D̂^g left them (§1.7.12, A11, [C]), or ŵ's averaged ones restored")
+                                 "forwards on D̂^g left them (§1.7.12, A11), or ŵ's averaged ones restored (the "
+                                 "released code uses the test set's, §1.7.17: not reproduced)")
 
     @model_validator(mode="after")
     def _one_head_needs_the_shared_extractor(self) -> DaFKDParams:

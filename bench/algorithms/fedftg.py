@@ -46,7 +46,7 @@ from bench.models import build_model
 
 
 class FedFTGParams(AveragingParams):
-    noise_dim: int = Field(100, ge=1, description="nz of the conditional generator (spec §2.5: 100)")
+    noise_dim: int = Field(100, ge=1, description="nz of the conditional generator (pipelines/dafkd/NOTES.md §2.5: 100)")
     iterations: int = Field(10, ge=1, description="fine-tuning iterations I per round")
     generator_steps: int = Field(1, ge=1, description="generator steps per client and iteration (inner_round_g)")
     student_steps: int = Field(5, ge=1, description="student steps per iteration (inner_round_d)")

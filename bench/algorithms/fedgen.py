@@ -77,7 +77,7 @@ class FedGenParams(AveragingParams):
     kd_decay: float = Field(0.98, gt=0, le=1, description="per-round decay of α and β")
     generator: Literal["fedgen", "embed"] = Field("fedgen", exclude_if=lambda v: v == "fedgen", description=(
         "fedgen: FedGen's generator; embed: separate noise and label embeddings, as the DaFKD paper describes the "
-        "generator it gave FedGen (pipelines/dafkd/NOTES.md §2.4 flag dafkd_embed); left out of the resolved config at its "
+        "generator it gave FedGen (pipelines/dafkd/NOTES.md §2.4, reading dafkd_embed); left out of the resolved config at its "
         "default, so the runs from before it keep their hash"))
 
 

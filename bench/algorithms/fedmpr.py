@@ -11,7 +11,7 @@ and every smaller entry is set to 0. The server averages the pruned state dicts.
 
 ``mode: code`` is FedAKD's ``fedmpr.py`` [C]: no dropout or noise layers, equal aggregation weights (the switches
 of :class:`FedMPRParams`); the paper names dropout and noise injection [I: the rates 0.2 and 0.1 are readings, the
-spec gives none] and FedAvg's data-size weights [I]. Prune fraction 0.1 [P Table 6].
+paper and the reading notes give none] and FedAvg's data-size weights [I]. Prune fraction 0.1 [P Table 6].
 """
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """FedSAC — Wang, Wang, Lyu, Peng, Yang, Wen, Fan, "FedSAC: Dynamic Submodel Allocation for Collaborative
 Fairness in Federated Learning", KDD 2024 (pipelines/fedakd/NOTES.md §4 FedSAC). No code of the authors is public;
-``mode: code`` follows FedAKD's ``fedsac.py`` (§4 [C]), ``mode: paper`` the spec's summary of the paper [I].
+``mode: code`` follows FedAKD's ``fedsac.py`` (§4 [C]), ``mode: paper`` the notes' summary of the paper (§4 FedSAC) [I].
 
 Contribution and reputation. c_k is client k's standalone accuracy; r_k = 100·exp(β·c_k)/max_j exp(β·c_j)
 (:func:`reputations`, β = 2). FedAKD's script reads c_k from the Standalone run's file; a run cannot read

@@ -1,5 +1,5 @@
 """FedAKD (KDD 2025): Tables 1-5 (``paper.yaml``), the claims the report checks (pipelines/fedakd/NOTES.md §8 R5, R6,
-R8, R9; §5.4), the sections for Tables 2 and 3, and its own figures (``figures.py``).
+R8, R9; paper §5.4), the sections for Tables 2 and 3, and its own figures (``figures.py``).
 
 The ``paper`` and ``paper_code`` profiles' Table-1 and Table-5 settings are the paper's columns
 (``fmnist-pow`` … ``t5-cifar10-dir3``). Tables 3 and 4 were run on the private EHR data, so every profile
@@ -29,7 +29,7 @@ TABLE1_METHODS = ("standalone", "fedavg", "cffl", "cgsv", "fedave", "fedsac", "p
 TABLE5_METHODS = ("standalone", "fedavg", "cffl", "cgsv", "fedave", "fedsac", "fedakd")
 ABLATION_ORDER = ("fedakd", "fedakd_correct_agg", "fedakd_all_data", "fedakd_single_dist")  # R9, on CF
 TIME_SETTINGS_NOTE = (
-    "The paper's own Table 3 contradicts its claim that FedAKD has the highest per-round time (§5.4): under "
+    "The paper's own Table 3 contradicts its claim that FedAKD has the highest per-round time (paper §5.4): under "
     "FedAKD's 40-round budget FedAVE completes 39 rounds, so FedAVE is slower per round than FedAKD.")
 
 
@@ -72,7 +72,7 @@ class FedAKD(Paper):
         return best, cells, misses
 
     def claims(self, results: Results) -> list[Claim]:
-        """R5 (Table 1), R9 (Table 4), R8 (Table 3), R6 (Table 5) and §5.4's runtime claim, checked on ``results``
+        """R5 (Table 1), R9 (Table 4), R8 (Table 3), R6 (Table 5) and paper §5.4's runtime claim, checked on ``results``
         (ours, or the paper's printed tables). "Best" and "beats" are strict (>)."""
         claims = [self._best_claim(results, table, "FedAKD is the best of the 11 methods in every "
                                    f"{self.definition.tables[table].title} cell (Max, Avg and CF in every column; R5)",
@@ -83,7 +83,7 @@ class FedAKD(Paper):
         claims.append(self._best_claim(results, "table5", "FedAKD has the best Max and CF in every Table-5 column, "
                                        "except CIFAR-10 CLA Max (R6, D.6)", TABLE5_METHODS,
                                        frozenset({("t5-cifar10-cla", "max")})))
-        claims.append(range_claim("FedAKD's time per round is above FedAvg's but comparable, at most 2× (§5.4, Fig. 3a)",
+        claims.append(range_claim("FedAKD's time per round is above FedAvg's but comparable, at most 2× (paper §5.4, Fig. 3a)",
                                   results.mean("fedakd", TIME_RATIO, "table1"), 1.0, 2.0))
         return claims
 
@@ -137,7 +137,7 @@ class FedAKD(Paper):
                       None if not low_n else low_ok == low_n, f"{low_ok}/{low_n}")]
 
     def _time_claims(self, results: Results) -> list[Claim]:
-        """R8: under FedAKD's wall-clock budget FedAKD keeps the best CF, Max and Avg; §5.4 (FedAKD is the
+        """R8: under FedAKD's wall-clock budget FedAKD keeps the best CF, Max and Avg; paper §5.4 (FedAKD is the
         slowest per round) means every other method completes at least FedAKD's rounds."""
         acc = results.value
         claims = [self._best_claim(results, "table3", "Table 3: under the same wall-clock time FedAKD keeps the best "
@@ -153,7 +153,7 @@ class FedAKD(Paper):
                 if rounds < own:
                     fewer.append(f"{self.definition.label(method)} {rounds:.0f} < {own:.0f}")
         claims.append(Claim("Table 3: every baseline completes at least FedAKD's rounds in FedAKD's time (FedAKD has "
-                            "the highest per-round time, §5.4)", None if not measured else not fewer,
+                            "the highest per-round time, paper §5.4)", None if not measured else not fewer,
                             f"{measured - len(fewer)}/{measured}" + (f"; fewer: {', '.join(fewer)}" if fewer else "")))
         return claims
 
