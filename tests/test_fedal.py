@@ -12,7 +12,8 @@ import torch
 from torch import nn
 
 from bench.algorithms.fedal import (FedAL, TeacherReply, adversarial_gradients, adversarial_term, discriminator_loss,
-                                    discriminator_round, DiscriminatorState, lf_loss, payoffs, teacher_distribution)
+                                    discriminator_round, discriminator_state, DiscriminatorState, FedALParams,
+                                    lf_loss, local_objective, payoffs, teacher_distribution, uses_local_lf)
 from bench.algorithms.knowledge_transfer import PublicOutputs
 from bench.engine.loop import Step
 from bench.experiment import build_config
@@ -68,6 +69,63 @@ def test_teacher_is_the_others_mean_logits_then_softmax() -> None:
     p = torch.softmax(f, dim=2)
     averaged = teacher_distribution(p.mean(0), p[0], 3, "others", "probabilities", 1.0)
     assert torch.allclose(averaged, (p[1] + p[2]) / 2, atol=1e-7)
+
+
+def test_local_lf_applies_from_round_1_by_default_from_round_2_when_asked_and_never_at_weight_0() -> None:
+    """A5: r_loc in round 1 is taken against the random initialisation (``lf_first_round: true``, the literal
+    algorithm); ``false`` skips it there and only there; with ``lf_local_weight: 0`` there is no r_loc."""
+    def applies(weight: float, first_round: bool) -> list[bool]:
+        params = FedALParams(lf_local_weight=weight, lf_first_round=first_round)
+        return [uses_local_lf(params, t) for t in (1, 2, 3)]
+
+    assert applies(1.0, True) == [True, True, True]
+    assert applies(0.5, False) == [False, True, True]
+    assert applies(0.0, True) == applies(0.0, False) == [False, False, False]
+
+
+def test_local_objective_is_ce_plus_the_weighted_lf_term() -> None:
+    """V_loc = CE(y, f(x)) + w_loc·r_loc (eqs. 16-17), r_loc against the frozen snapshot; with
+    ``lf_first_round: false`` round 1 has CE alone."""
+    torch.manual_seed(0)
+    model, snapshot = nn.Sequential(nn.Linear(6, K)), nn.Sequential(nn.Linear(6, K))
+
+    class Pair(nn.Module):
+        def __init__(self, net: nn.Module) -> None:
+            super().__init__()
+            self.net = net
+
+        def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            return x, self.net(x)
+
+    x, y = torch.randn(5, 6), torch.tensor([0, 1, 2, 3, 4])
+    ce = nn.functional.cross_entropy(model(x), y)
+    r = lf_loss(model(x), snapshot(x), 2.0)
+    assert r.item() > 0
+    params = FedALParams(lf_local_weight=0.5, lf_temperature=2.0, lf_first_round=False)
+    v = local_objective(Pair(model), Pair(snapshot), x, y, params, 2)
+    assert v.item() == pytest.approx(ce.item() + 0.5 * r.item(), rel=1e-6)
+    assert local_objective(Pair(model), Pair(snapshot), x, y, params, 1).item() == pytest.approx(ce.item(), rel=1e-6)
+
+
+def test_the_discriminator_is_built_as_configured_from_the_run_seed() -> None:
+    """A7, A8: K → hidden → N with the configured widths and activation; Adam at η_d, or SGD at η_d; its
+    initial weights come from the run's seed (another seed, other weights)."""
+    ctx = run_federation(fedal_config(training={"rounds": 1})).state.algorithm.ctx
+    default = discriminator_state(ctx, FedALParams(), 4)
+    assert isinstance(default.optimizer, torch.optim.Adam) and default.optimizer.param_groups[0]["lr"] == 1e-4
+    other = discriminator_state(ctx, FedALParams(disc_optimizer="sgd", disc_lr=0.3, disc_hidden=(5, 7),
+                                                 disc_activation="leaky_relu"), 3)
+    assert type(other.optimizer) is torch.optim.SGD and other.optimizer.param_groups[0]["lr"] == 0.3
+    assert other.discriminator is not None
+    linears = [m for m in other.discriminator.modules() if isinstance(m, nn.Linear)]
+    assert [(m.in_features, m.out_features) for m in linears] == [(K, 5), (5, 7), (7, 3)]
+    assert any(isinstance(m, nn.LeakyReLU) for m in other.discriminator.modules())
+    assert default.discriminator is not None
+    ctx = run_federation(fedal_config(training={"rounds": 1}, seed=1)).state.algorithm.ctx
+    reseeded = discriminator_state(ctx, FedALParams(), 4).discriminator
+    assert reseeded is not None
+    assert not torch.equal(next(reseeded.parameters()), next(default.discriminator.parameters()))
+    assert discriminator_state(ctx, FedALParams(adv_weight=0.0), 4).discriminator is None
 
 
 def test_discriminator_objective_and_payoffs_by_hand() -> None:
