@@ -8,8 +8,9 @@ folder, ``.mutation/<file stem>/``: links to the folders the tests read and a ``
 and the tests (without ``--tests``, the ones ``tests/mutation.toml`` lists for the file). It prints each mutant
 that was not killed, as ``file:line status`` with the line before (-) and after (+), then the counts and the
 wall time, and writes the same to ``.mutation/<file stem>/survivors.txt``. Mutants are tried fastest first until
-``--budget`` seconds have passed; those left are counted as "not checked" (``--resume`` goes on from there: it
-keeps the folder's earlier results, where a plain run starts afresh).
+``--budget`` seconds have passed; those left are counted as "not checked". ``--resume`` keeps the folder's earlier
+results (a plain run starts afresh), tries the earlier survivors again (new tests may kill them), then goes on
+with the mutants not checked yet.
 """
 from __future__ import annotations
 
@@ -90,11 +91,11 @@ def mutmut(folder: Path, *args: str) -> subprocess.CompletedProcess[str]:
                           capture_output=True, text=True)
 
 
-def run_within(folder: Path, jobs: int, budget: float, log: Path) -> int:
-    """``mutmut run`` in ``folder``, interrupted (as Ctrl-C does: the results so far are kept) once ``budget``
-    seconds have passed; its exit status, 0 when the budget stopped it."""
-    with log.open("w") as handle:
-        process = subprocess.Popen(mutmut_command("run", "--max-children", str(jobs)), cwd=folder,
+def run_within(folder: Path, jobs: int, budget: float, log: Path, names: list[str] | None = None) -> int:
+    """``mutmut run`` in ``folder`` (on the mutants ``names`` only, if given), interrupted (as Ctrl-C does: the
+    results so far are kept) once ``budget`` seconds have passed; its exit status, 0 when the budget stopped it."""
+    with log.open("a") as handle:
+        process = subprocess.Popen(mutmut_command("run", "--max-children", str(jobs), *(names or [])), cwd=folder,
                                    env={**os.environ, **SINGLE_THREADED}, stdout=handle, stderr=subprocess.STDOUT,
                                    start_new_session=True)
         try:
@@ -107,6 +108,16 @@ def run_within(folder: Path, jobs: int, budget: float, log: Path) -> int:
                 os.killpg(process.pid, signal.SIGKILL)
                 process.wait()
             return 0
+
+
+def results(folder: Path, module: str) -> dict[str, str]:
+    """Each mutant of ``module`` that mutmut knows in ``folder``, with its status ("killed", "survived", "not
+    checked", ...)."""
+    if not (folder / "mutants").is_dir():
+        return {}
+    listed = mutmut(folder, "results", "--all", "true").stdout
+    return {name: status for name, status in re.findall(r"^\s*(\S+): (.+)$", listed, re.M)
+            if name.startswith(module + ".")}
 
 
 def function_span(tree: ast.Module, qualified: list[str]) -> tuple[int, int]:
@@ -155,7 +166,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=1, help="mutants tested at once (default 1: the cores are shared)")
     parser.add_argument("--budget", type=float, default=1800.0,
                         help="seconds of mutation testing; mutants left then are 'not checked' (default 1800)")
-    parser.add_argument("--resume", action="store_true", help="keep the earlier results in .mutation/<stem>/")
+    parser.add_argument("--resume", action="store_true",
+                        help="keep the earlier results in .mutation/<stem>/, retry their survivors, then go on")
     args = parser.parse_args(argv)
     source = Path(args.source).as_posix()
     if not (ROOT / source).is_file() or not source.startswith("bench/") or not source.endswith(".py"):
@@ -163,19 +175,21 @@ def main(argv: list[str] | None = None) -> int:
     tests = args.tests or listed_tests(source)
     folder = ROOT / ".mutation" / Path(source).stem
     prepare(folder, source, tests, fresh=not args.resume)
+    module = source.removesuffix(".py").replace("/", ".")
 
     start = time.monotonic()
     print(f"mutmut on {source} against {len(tests)} tests, {args.jobs} at a time, for at most {args.budget:.0f} s "
           f"(log: {folder / 'run.log'})", flush=True)
-    exit_status = run_within(folder, args.jobs, args.budget, folder / "run.log")
+    exit_status = 0
+    if args.resume and (survivors := [name for name, status in results(folder, module).items() if status == "survived"]):
+        exit_status = run_within(folder, args.jobs, args.budget, folder / "run.log", survivors)  # new tests may kill them
+    if exit_status == 0 and (remaining := args.budget - (time.monotonic() - start)) > 0:
+        exit_status = run_within(folder, args.jobs, remaining, folder / "run.log")
     seconds = time.monotonic() - start
     if exit_status != 0:
         fail(f"mutmut exited {exit_status}; the tests may fail without mutation; see {folder / 'run.log'}")
 
-    module = source.removesuffix(".py").replace("/", ".")
-    statuses = {name: status for name, status in re.findall(r"^\s*(\S+): (.+)$", mutmut(folder, "results", "--all",
-                                                                                       "true").stdout, re.M)
-                if name.startswith(module + ".")}
+    statuses = results(folder, module)
     text = (ROOT / source).read_text()
     lines, tree = text.splitlines(), ast.parse(text)
     left = [locate(name, status, mutmut(folder, "show", name).stdout, module, lines, tree)
