@@ -255,22 +255,27 @@ def test_a_client_step_on_its_transfer_loss_lowers_its_payoff() -> None:
     assert after.item() < before.item()
 
 
+@pytest.mark.parametrize("readings", [{}, {"lf_first_round": False, "snapshot_mode": "train"}],
+                         ids=["default", "no-first-round-train-mode"])
 def test_each_stage_starts_its_less_forgetting_snapshot_from_the_model_as_it_stands(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch: pytest.MonkeyPatch, readings: dict[str, Any]) -> None:
     """r_loc's frozen model is θ_n^{t,0}, the model the round starts from, and r_glo's is θ_n^{t+½,0}, the
     model local training just produced (eqs. 13-14, Algorithm 1): each stage takes its snapshot at its start,
-    in every round, for every client."""
-    seen: list[tuple[str, int, bool]] = []
+    in every round, for every client, in the BatchNorm mode ``snapshot_mode`` (A5); with ``lf_first_round:
+    false`` the local stage takes none in round 1."""
+    seen: list[tuple[str, int, bool | None]] = []
+    train_mode = readings.get("snapshot_mode") == "train"
 
     def same(client: Any) -> bool:
         snapshot, model = client.state.snapshot.state_dict(), client.model.state_dict()
-        return snapshot.keys() == model.keys() and all(torch.equal(snapshot[k], model[k]) for k in model)
+        return (client.state.snapshot.training == train_mode and snapshot.keys() == model.keys()
+                and all(torch.equal(snapshot[k], model[k]) for k in model))
 
     before_local, start_public = FedAL.before_local, FedAL.start_public
 
     def local_spy(self: FedAL, round_index: int, client: Any) -> None:
         before_local(self, round_index, client)
-        seen.append(("local", round_index, same(client)))
+        seen.append(("local", round_index, None if client.state.snapshot is None else same(client)))
 
     def public_spy(self: FedAL, round_index: int, client: Any) -> Any:
         loop = start_public(self, round_index, client)
@@ -279,10 +284,11 @@ def test_each_stage_starts_its_less_forgetting_snapshot_from_the_model_as_it_sta
 
     monkeypatch.setattr(FedAL, "before_local", local_spy)
     monkeypatch.setattr(FedAL, "start_public", public_spy)
-    run_federation(fedal_config(training={"rounds": 2}))
-    assert sorted((stage, t) for stage, t, _ in seen) == sorted(
-        (stage, t) for stage in ("local", "global") for t in (1, 2) for _ in range(4))
-    assert all(fresh for _, _, fresh in seen), seen
+    run_federation(fedal_config(algorithm={"name": "fedal", **readings}, training={"rounds": 2}))
+    first_local = None if readings else True  # no snapshot yet: the global stage takes the first
+    assert sorted(seen, key=str) == sorted([(stage, t, first_local if (stage, t) == ("local", 1) else True)
+                                            for stage in ("local", "global") for t in (1, 2) for _ in range(4)],
+                                           key=str)
 
 
 def test_lockstep_public_batches_are_identical_across_clients() -> None:
