@@ -127,7 +127,7 @@ class _Pickler(pickle.Pickler):
 
 
 _PICKLE = types.ModuleType("bench_checkpoint_pickle")
-_PICKLE.Pickler = _Pickler  # type: ignore[attr-defined]
+_PICKLE.Pickler = _Pickler  # type: ignore[attr-defined]  # typeshed: ModuleType declares no attributes
 FUNCTIONS = {f"{optimizer_state.__module__}.{optimizer_state.__qualname__}": optimizer_state}
 """The functions a checkpoint may call, by the name it gives them."""
 
