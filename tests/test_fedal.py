@@ -14,7 +14,7 @@ from torch import nn
 from bench.algorithms.fedal import (FedAL, TeacherReply, adversarial_gradients, adversarial_term, discriminator_loss,
                                     discriminator_round, discriminator_state, DiscriminatorState, FedALParams,
                                     lf_loss, local_objective, payoffs, teacher_distribution, uses_local_lf)
-from bench.algorithms.knowledge_transfer import PublicOutputs
+from bench.algorithms.knowledge_transfer import LogitsUpload, PublicOutputs
 from bench.engine.loop import Step
 from bench.experiment import build_config
 from bench.models import assign_architectures, build_model
@@ -253,6 +253,23 @@ def test_a_client_step_on_its_transfer_loss_lowers_its_payoff() -> None:
     assert torch.allclose(descent, 0.5 * gradient[0], atol=1e-7)
     after = payoffs(discriminator, (own - 1.0 * descent).detach()[None], targets, 2.0)
     assert after.item() < before.item()
+
+
+def test_the_server_sends_the_mean_logits_or_the_mean_probabilities() -> None:
+    """A2: the server's mean is f̄ = (1/N) Σ_m f_m (``teacher_average: logits``, the default) or the mean of
+    ψ(f_m, E_KD) (``probabilities``), over the round's clients."""
+    result = run_federation(fedal_config(algorithm={"name": "fedal", "adv_weight": 0.0}, training={"rounds": 1}))
+    algorithm = result.state.algorithm
+    assert isinstance(algorithm, FedAL)
+    f = torch.randn(3, 4, K, generator=torch.Generator().manual_seed(9))
+    uploads = [LogitsUpload(f[m]) for m in range(3)]
+    replies, _ = algorithm.serve(1, result.state.server, [0, 1, 2], torch.zeros(4, 1, 8, 8), uploads)
+    assert len(replies) == 3 and all(r.clients == 3 and r.adversarial is None for r in replies)
+    assert torch.allclose(replies[0].mean, f.mean(0), atol=1e-7)
+    algorithm.params = algorithm.params.model_copy(update={"teacher_average": "probabilities",
+                                                           "kd_temperature": 2.0})
+    replies, _ = algorithm.serve(1, result.state.server, [0, 1, 2], torch.zeros(4, 1, 8, 8), uploads)
+    assert torch.allclose(replies[2].mean, torch.softmax(f / 2.0, dim=2).mean(0), atol=1e-7)
 
 
 @pytest.mark.parametrize("readings", [{}, {"lf_first_round": False, "snapshot_mode": "train"}],
