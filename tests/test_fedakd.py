@@ -78,6 +78,11 @@ def test_aggregation_is_the_data_size_weighted_average_of_the_uploaded_global_co
     expected = sum((i + 1) * n for i, n in enumerate(sizes)) / sum(sizes)
     weight = next(iter(server.model.parameters()))
     assert torch.allclose(weight, torch.full_like(weight, expected), rtol=1e-6)
+    algorithm.aggregate(5, server, [DistilledCopy(upload, w) for upload, w in zip(uploads, [0.25, 0.25, 0.5])])
+    assert torch.allclose(weight, torch.full_like(weight, 0.25 + 0.5 + 1.5), rtol=1e-6)  # shares, not counts
+    before = weight.detach().clone()
+    algorithm.aggregate(6, server, [DistilledCopy(upload, 0.0) for upload in uploads])  # nobody selected anything
+    assert torch.equal(weight, before)
     correct = fedakd_run(data_dir, weighting="correct")
     assert [correct.algorithm.weight(c) for c in correct.clients] == [float(len(c.state.selected))
                                                                        for c in correct.clients]
