@@ -9,7 +9,7 @@ import math
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from bench import exit_without_teardown
 from bench.errors import BenchError, Diverged
@@ -374,8 +374,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="bench", description="fkd-bench: reproducible federated knowledge "
                                      "distillation benchmarks. Each subcommand has its own --help.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    data_dir = dict(type=Path, default=None, help="data folder (default: $BENCH_DATA_DIR, else ./data)")
-    overrides = dict(action="append", default=[], metavar="KEY=VALUE",
+    data_dir: dict[str, Any] = dict(type=Path, default=None, help="data folder (default: $BENCH_DATA_DIR, else ./data)")
+    overrides: dict[str, Any] = dict(action="append", default=[], metavar="KEY=VALUE",
                      help="override a config value, e.g. -S training.rounds=5 -S algorithm.mu=0.1 (repeatable)")
 
     run = sub.add_parser("run", help="run one experiment from a YAML config",

@@ -94,7 +94,7 @@ class OptimizerConfig(Strict):
 
 class LRDecayConfig(Strict):
     every: int | None = Field(None, ge=1, description="multiply the learning rate by `factor` every this many "
-                                                       "rounds (FedHKD paper A6); null: constant")
+                                                       "rounds (pipelines/fedhkd/NOTES.md A6); null: constant")
     factor: float = Field(0.5, gt=0, le=1)
 
 
@@ -190,7 +190,7 @@ class TrackingConfig(Strict):
     experiment: str = "default"
     save_model: bool = Field(False, exclude_if=lambda v: not v, description=(
         "write the final global model's state dict to model.pt beside the run's records (for figures drawn "
-        "from a trained model, pipelines/fedakd/NOTES.md Fig. 2); left out of the resolved config at its default"))
+        "from a trained model, pipelines/fedakd/NOTES.md §6.2 (Fig. 2), R13); left out of the resolved config at its default"))
 
 
 class ExperimentConfig(Strict):

@@ -18,7 +18,7 @@ def _umask() -> int:
     return mask
 
 
-def atomic_write(path: str | os.PathLike[str], write: Callable[[IO[bytes]], None]) -> Path:
+def atomic_write(path: str | os.PathLike[str], write: Callable[[IO[bytes]], object]) -> Path:
     """Write ``path`` through a temporary file in the same folder, then rename it into place, so a
     reader never sees a half-written file and an interrupted write leaves the old file (or none)."""
     path = Path(path)
@@ -69,5 +69,5 @@ def sha256_array(array: np.ndarray) -> str:
     """Hash of an array's dtype, shape and C-order bytes."""
     array = np.ascontiguousarray(array)
     digest = hashlib.sha256(f"{array.dtype.str}{array.shape}".encode())
-    digest.update(memoryview(array).cast("B"))
+    digest.update(array.data.cast("B"))
     return digest.hexdigest()

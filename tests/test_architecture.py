@@ -3,10 +3,12 @@ direction only (that no method state travels untyped is tests/test_typed_state.p
 from __future__ import annotations
 
 import ast
+import platform
 import re
 from pathlib import Path
 
 import networkx as nx
+import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "bench"
 # The rooms from the ground up (docs/architecture.md); a room may import only rooms to its left.
@@ -98,6 +100,9 @@ def test_no_bench_module_imports_a_paper_plug_in() -> None:
     assert offenders == []
 
 
+@pytest.mark.skipif(platform.machine().lower() not in ("x86_64", "amd64"),
+                    reason="the portable kernels are x86-64's AVX2 level and MKL's COMPATIBLE branch; "
+                           f"{platform.machine()} has neither")
 def test_importing_bench_pins_portable_cpu_kernels() -> None:
     """Every x86-64 machine with AVX2 takes the same kernels (bench/__init__.py): ATen at AVX2 and MKL in
     its vendor-independent COMPATIBLE branch; native on request."""

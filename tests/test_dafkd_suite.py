@@ -1,4 +1,4 @@
-"""The DaFKD paper module and pipeline: transcribed values against the spec's derived numbers, claims on the
+"""The DaFKD paper module and pipeline: transcribed values against the derived numbers of pipelines/dafkd/NOTES.md §4, claims on the
 paper's own tables, the profiles' protocol, and `dvc repro` of pipelines/dafkd at smoke scale."""
 from __future__ import annotations
 
@@ -52,7 +52,7 @@ def test_transcribed_tables_reproduce_the_specs_derived_numbers() -> None:
 
 
 def test_claims_on_the_papers_own_tables() -> None:
-    """The spec's checks of §4's claims: two statements of the text fail on the paper's own tables (the SVHN
+    """NOTES.md §4 "Text claims" checked on the paper's tables: two statements of the text fail on the paper's own tables (the SVHN
     margins of "2-6 %" and "sharing consistently costs fewer rounds"); figure-only claims are not measured."""
     claims = PAPER.claims(PAPER.printed())
     assert [(c.holds, c.evidence) for c in claims] == [

@@ -499,7 +499,7 @@ def test_torchvision_extracted_files_without_the_archive(name, tmp_path, registe
         assert "unverified_files" not in data.source
         assert set(data.source["raw_files"]) == {f"{'cifar-10-batches-py' if name == 'cifar10' else 'cifar-100-python'}"
                                                  f"/{m}" for m in download.EXTRACTED_MD5[name]}
-    else:  # idx files have none: the samples per split are checked against the spec
+    else:  # idx files have none: the samples per split are checked against the dataset's registered description
         with pytest.raises(BenchError, match=r"train / \d+ test samples, .* no published checksum"):
             prepare_dataset(name, root)
         _patch_sizes(monkeypatch, name, own)

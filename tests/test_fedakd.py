@@ -78,9 +78,36 @@ def test_aggregation_is_the_data_size_weighted_average_of_the_uploaded_global_co
     expected = sum((i + 1) * n for i, n in enumerate(sizes)) / sum(sizes)
     weight = next(iter(server.model.parameters()))
     assert torch.allclose(weight, torch.full_like(weight, expected), rtol=1e-6)
+    algorithm.aggregate(5, server, [DistilledCopy(upload, w) for upload, w in zip(uploads, [0.25, 0.25, 0.5])])
+    assert torch.allclose(weight, torch.full_like(weight, 0.25 + 0.5 + 1.5), rtol=1e-6)  # shares, not counts
+    before = weight.detach().clone()
+    algorithm.aggregate(6, server, [DistilledCopy(upload, 0.0) for upload in uploads])  # nobody selected anything
+    assert torch.equal(weight, before)
     correct = fedakd_run(data_dir, weighting="correct")
     assert [correct.algorithm.weight(c) for c in correct.clients] == [float(len(c.state.selected))
                                                                        for c in correct.clients]
+
+
+def test_step_1_distils_with_alpha_and_step_3_with_beta(data_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Eq. 2 (G→L: the local model, the global teacher) weighs its KD term by α; Eq. 5 (L→G: the global copy,
+    the local teacher) by β; both at the temperature τ."""
+    import bench.algorithms.fedakd as fedakd
+
+    state = fedakd_run(data_dir, alpha=0.3, beta=0.7, temperature=2.0)
+    client, algorithm = state.clients[0], state.algorithm
+    weights: list[tuple[object, object]] = []
+
+    def spy(student, teacher, y, weight, temperature):  # type: ignore[no-untyped-def]
+        weights.append((weight, temperature))
+        return distillation_objective(student, teacher, y, weight, temperature)
+
+    monkeypatch.setattr(fedakd, "distillation_objective", spy)
+    algorithm.global_to_local(2, client, algorithm.broadcast(2, state.server, client.cid))
+    assert weights and set(weights) == {(0.3, 2.0)}
+    weights.clear()
+    client.state.selected = torch.arange(client.data.num_samples)
+    algorithm.local_to_global(2, client, algorithm.broadcast(2, state.server, client.cid), 1.0)
+    assert weights and set(weights) == {(0.7, 2.0)}
 
 
 def test_an_empty_selection_uploads_the_global_model_unchanged(data_dir: Path) -> None:

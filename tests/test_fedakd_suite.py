@@ -58,7 +58,7 @@ def test_every_printed_cell_names_its_statistic() -> None:
 
 
 def test_claims_on_the_papers_own_tables() -> None:
-    """R5, R6, R8, R9 hold on the printed tables; the claim that FedAKD is the slowest per round (§5.4) fails
+    """R5, R6, R8, R9 hold on the printed tables; the claim that FedAKD is the slowest per round (paper §5.4) fails
     on the paper's own Table 3, where FedAVE completes 39 rounds in FedAKD's 40."""
     claims = fedakd.PAPER.claims(fedakd.PAPER.printed())
     outcome = {c.text.split(" (")[0]: (c.holds, c.evidence) for c in claims}

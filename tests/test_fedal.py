@@ -12,8 +12,11 @@ import pytest
 import torch
 from torch import nn
 
-from bench.algorithms.fedal import (adversarial_gradients, adversarial_term, discriminator_loss, discriminator_round,
-                                    DiscriminatorState, lf_loss, payoffs, teacher_distribution)
+from bench.algorithms.fedal import (FedAL, TeacherReply, adversarial_gradients, adversarial_term, discriminator_loss,
+                                    discriminator_round, discriminator_state, DiscriminatorState, FedALParams,
+                                    lf_loss, local_objective, payoffs, teacher_distribution, uses_local_lf)
+from bench.algorithms.knowledge_transfer import LogitsUpload, PublicOutputs
+from bench.engine.loop import Step
 from bench.experiment import build_config
 from bench.models import assign_architectures, build_model
 from bench.runner.executor import RunRequest, run_experiment
@@ -67,6 +70,63 @@ def test_teacher_is_the_others_mean_logits_then_softmax() -> None:
     p = torch.softmax(f, dim=2)
     averaged = teacher_distribution(p.mean(0), p[0], 3, "others", "probabilities", 1.0)
     assert torch.allclose(averaged, (p[1] + p[2]) / 2, atol=1e-7)
+
+
+def test_local_lf_applies_from_round_1_by_default_from_round_2_when_asked_and_never_at_weight_0() -> None:
+    """A5: r_loc in round 1 is taken against the random initialisation (``lf_first_round: true``, the literal
+    algorithm); ``false`` skips it there and only there; with ``lf_local_weight: 0`` there is no r_loc."""
+    def applies(weight: float, first_round: bool) -> list[bool]:
+        params = FedALParams(lf_local_weight=weight, lf_first_round=first_round)
+        return [uses_local_lf(params, t) for t in (1, 2, 3)]
+
+    assert applies(1.0, True) == [True, True, True]
+    assert applies(0.5, False) == [False, True, True]
+    assert applies(0.0, True) == applies(0.0, False) == [False, False, False]
+
+
+def test_local_objective_is_ce_plus_the_weighted_lf_term() -> None:
+    """V_loc = CE(y, f(x)) + w_loc·r_loc (eqs. 16-17), r_loc against the frozen snapshot; with
+    ``lf_first_round: false`` round 1 has CE alone."""
+    torch.manual_seed(0)
+    model, snapshot = nn.Sequential(nn.Linear(6, K)), nn.Sequential(nn.Linear(6, K))
+
+    class Pair(nn.Module):
+        def __init__(self, net: nn.Module) -> None:
+            super().__init__()
+            self.net = net
+
+        def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            return x, self.net(x)
+
+    x, y = torch.randn(5, 6), torch.tensor([0, 1, 2, 3, 4])
+    ce = nn.functional.cross_entropy(model(x), y)
+    r = lf_loss(model(x), snapshot(x), 2.0)
+    assert r.item() > 0
+    params = FedALParams(lf_local_weight=0.5, lf_temperature=2.0, lf_first_round=False)
+    v = local_objective(Pair(model), Pair(snapshot), x, y, params, 2)
+    assert v.item() == pytest.approx(ce.item() + 0.5 * r.item(), rel=1e-6)
+    assert local_objective(Pair(model), Pair(snapshot), x, y, params, 1).item() == pytest.approx(ce.item(), rel=1e-6)
+
+
+def test_the_discriminator_is_built_as_configured_from_the_run_seed() -> None:
+    """A7, A8: K → hidden → N with the configured widths and activation; Adam at η_d, or SGD at η_d; its
+    initial weights come from the run's seed (another seed, other weights)."""
+    ctx = run_federation(fedal_config(training={"rounds": 1})).state.algorithm.ctx
+    default = discriminator_state(ctx, FedALParams(), 4)
+    assert isinstance(default.optimizer, torch.optim.Adam) and default.optimizer.param_groups[0]["lr"] == 1e-4
+    other = discriminator_state(ctx, FedALParams(disc_optimizer="sgd", disc_lr=0.3, disc_hidden=(5, 7),
+                                                 disc_activation="leaky_relu"), 3)
+    assert type(other.optimizer) is torch.optim.SGD and other.optimizer.param_groups[0]["lr"] == 0.3
+    assert other.discriminator is not None
+    linears = [m for m in other.discriminator.modules() if isinstance(m, nn.Linear)]
+    assert [(m.in_features, m.out_features) for m in linears] == [(K, 5), (5, 7), (7, 3)]
+    assert any(isinstance(m, nn.LeakyReLU) for m in other.discriminator.modules())
+    assert default.discriminator is not None
+    ctx = run_federation(fedal_config(training={"rounds": 1}, seed=1)).state.algorithm.ctx
+    reseeded = discriminator_state(ctx, FedALParams(), 4).discriminator
+    assert reseeded is not None
+    assert not torch.equal(next(reseeded.parameters()), next(default.discriminator.parameters()))
+    assert discriminator_state(ctx, FedALParams(adv_weight=0.0), 4).discriminator is None
 
 
 def test_discriminator_objective_and_payoffs_by_hand() -> None:
@@ -173,6 +233,80 @@ def test_communication_is_k_times_b_floats_up_and_2kb_down(data_dir: Path) -> No
         for t in (1, 2):
             assert sent[t, "upload_bytes"] == n * tau * K * b * 4
             assert sent[t, "download_bytes"] == n * tau * down * K * b * 4
+
+
+def test_a_client_step_on_its_transfer_loss_lowers_its_payoff() -> None:
+    """Clients minimise U_n (eq. 18, the min-max as written): with the distillation and less-forgetting
+    weights at 0, a client's transfer loss has the gradient adv_weight · ∂U_n/∂f_n in its logits (the
+    server's vector, with a plus sign), so a small step on it lowers U_n at the server's discriminator."""
+    result = run_federation(fedal_config(algorithm={"name": "fedal", "adv_weight": 0.5, "kd_weight": 0.0,
+                                                    "lf_global_weight": 0.0}, training={"rounds": 1}))
+    algorithm, client = result.state.algorithm, result.state.clients[2]
+    assert isinstance(algorithm, FedAL)
+    discriminator = result.state.server.state.discriminator
+    logits = torch.randn(1, 8, K, generator=torch.Generator().manual_seed(5))
+    targets = torch.tensor([client.cid])
+    gradient, before = adversarial_gradients(discriminator, logits, targets, 2.0)
+    own = logits[0].clone().requires_grad_(True)
+    reply = TeacherReply(logits[0], gradient[0], 4)
+    loss = algorithm.transfer_loss(Step(1, 0), client, torch.zeros(8, 1, 8, 8), PublicOutputs(own, own), reply)
+    (descent,) = torch.autograd.grad(loss, own)
+    assert torch.allclose(descent, 0.5 * gradient[0], atol=1e-7)
+    after = payoffs(discriminator, (own - 1.0 * descent).detach()[None], targets, 2.0)
+    assert after.item() < before.item()
+
+
+def test_the_server_sends_the_mean_logits_or_the_mean_probabilities() -> None:
+    """A2: the server's mean is f̄ = (1/N) Σ_m f_m (``teacher_average: logits``, the default) or the mean of
+    ψ(f_m, E_KD) (``probabilities``), over the round's clients."""
+    result = run_federation(fedal_config(algorithm={"name": "fedal", "adv_weight": 0.0}, training={"rounds": 1}))
+    algorithm = result.state.algorithm
+    assert isinstance(algorithm, FedAL)
+    f = torch.randn(3, 4, K, generator=torch.Generator().manual_seed(9))
+    uploads = [LogitsUpload(f[m]) for m in range(3)]
+    replies, _ = algorithm.serve(1, result.state.server, [0, 1, 2], torch.zeros(4, 1, 8, 8), uploads)
+    assert len(replies) == 3 and all(r.clients == 3 and r.adversarial is None for r in replies)
+    assert torch.allclose(replies[0].mean, f.mean(0), atol=1e-7)
+    algorithm.params = algorithm.params.model_copy(update={"teacher_average": "probabilities",
+                                                           "kd_temperature": 2.0})
+    replies, _ = algorithm.serve(1, result.state.server, [0, 1, 2], torch.zeros(4, 1, 8, 8), uploads)
+    assert torch.allclose(replies[2].mean, torch.softmax(f / 2.0, dim=2).mean(0), atol=1e-7)
+
+
+@pytest.mark.parametrize("readings", [{}, {"lf_first_round": False, "snapshot_mode": "train"}],
+                         ids=["default", "no-first-round-train-mode"])
+def test_each_stage_starts_its_less_forgetting_snapshot_from_the_model_as_it_stands(
+        monkeypatch: pytest.MonkeyPatch, readings: dict[str, Any]) -> None:
+    """r_loc's frozen model is θ_n^{t,0}, the model the round starts from, and r_glo's is θ_n^{t+½,0}, the
+    model local training just produced (eqs. 13-14, Algorithm 1): each stage takes its snapshot at its start,
+    in every round, for every client, in the BatchNorm mode ``snapshot_mode`` (A5); with ``lf_first_round:
+    false`` the local stage takes none in round 1."""
+    seen: list[tuple[str, int, bool | None]] = []
+    train_mode = readings.get("snapshot_mode") == "train"
+
+    def same(client: Any) -> bool:
+        snapshot, model = client.state.snapshot.state_dict(), client.model.state_dict()
+        return (client.state.snapshot.training == train_mode and snapshot.keys() == model.keys()
+                and all(torch.equal(snapshot[k], model[k]) for k in model))
+
+    before_local, start_public = FedAL.before_local, FedAL.start_public
+
+    def local_spy(self: FedAL, round_index: int, client: Any) -> None:
+        before_local(self, round_index, client)
+        seen.append(("local", round_index, None if client.state.snapshot is None else same(client)))
+
+    def public_spy(self: FedAL, round_index: int, client: Any) -> Any:
+        loop = start_public(self, round_index, client)
+        seen.append(("global", round_index, same(client)))
+        return loop
+
+    monkeypatch.setattr(FedAL, "before_local", local_spy)
+    monkeypatch.setattr(FedAL, "start_public", public_spy)
+    run_federation(fedal_config(algorithm={"name": "fedal", **readings}, training={"rounds": 2}))
+    first_local = None if readings else True  # no snapshot yet: the global stage takes the first
+    assert sorted(seen, key=str) == sorted([(stage, t, first_local if (stage, t) == ("local", 1) else True)
+                                            for stage in ("local", "global") for t in (1, 2) for _ in range(4)],
+                                           key=str)
 
 
 def test_lockstep_public_batches_are_identical_across_clients() -> None:

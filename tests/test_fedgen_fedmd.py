@@ -57,7 +57,7 @@ def test_diversity_loss_by_hand() -> None:
 
 
 def test_kd_weight_schedule() -> None:
-    assert kd_weight(10.0, 0.98, 1) == 10.0  # t = 0 in the spec's 0-indexed rounds
+    assert kd_weight(10.0, 0.98, 1) == 10.0  # glob_iter = 0: FedGen's 0-indexed round
     assert kd_weight(10.0, 0.98, 2) == pytest.approx(9.8)
     assert kd_weight(10.0, 0.98, 3) == pytest.approx(9.604)
     assert kd_weight(10.0, 0.98, 50) == pytest.approx(10 * 0.98 ** 49)

@@ -199,6 +199,7 @@ def test_naive_softmax_overflows_and_its_log_underflows_as_the_released_code() -
     classifier = Tiny(W).classifier
     assert torch.isinf(classifier_distillation(classifier, far, T, "kl", "present", "naive"))
     stable = classifier_distillation(classifier, far, T, "kl", "present", "stable")
+    assert torch.equal(classifier_distillation(classifier, far, T, "kl", "present"), stable)  # the default
     log_p = torch.tensor([-60.0, -180.0, 0.0]) - math.log1p(math.exp(-60) + math.exp(-180))  # log Q((0, -60, 30), 0.5)
     q = far.soft[0]
     assert math.isclose(stable.item(), float((q * (q.log() - log_p)).sum()) / 3, rel_tol=1e-5)
@@ -299,6 +300,8 @@ def test_digits_run_learns_and_is_reproducible(data_dir: Path, algorithm: dict) 
     first, second = run_federation(cfg, data_dir), run_federation(cfg, data_dir)
     assert first.curves[-1]["global_acc"] > 0.5 and first.curves[-1]["local_acc"] > 0.5  # chance: 0.1
     assert first.curves == second.curves
+    if algorithm["name"] == "fedhkd":  # from round 2 each client trains with the knowledge the server sent it
+        assert all(c.state.knowledge is not None and c.state.knowledge.present.any() for c in first.state.clients)
     a, b = first.state.server.model.state_dict(), second.state.server.model.state_dict()
     assert all(torch.equal(a[k], b[k]) for k in a)
 

@@ -44,10 +44,10 @@ def test_every_printed_cell_names_its_run_and_statistic() -> None:
 
 
 def test_claims_on_the_papers_own_tables() -> None:
-    """Every claim the report checks, on the printed numbers, with the spec's counts (§6.1); the three the
-    paper's own tables contradict fail there, naming the cells."""
+    """Every claim the report checks, on the printed numbers, with the reading notes' counts (NOTES.md §6.1);
+    the three the paper's own tables contradict fail there, naming the cells."""
     claims = fedhkd.PAPER.claims(fedhkd.PAPER.printed())
-    outcome = {c.text.split(" (§")[0]: (c.holds, c.evidence) for c in claims}
+    outcome = {c.text.split(" (paper §")[0].split(" (§")[0]: (c.holds, c.evidence) for c in claims}
     failing = {text for text, (holds, _) in outcome.items() if holds is not True}
     assert failing == {"FedHKD's gain over FedAvg is at least the stated one",
                        "FedAlign beats FedProx and MOON, local and global, in every Table-1 column",
@@ -87,7 +87,7 @@ def test_stated_gains_are_checked_by_value_only() -> None:
 
 
 def test_paper_ranks() -> None:
-    """FedHKD's ranks among the 9 rows, as the spec recomputes them (§6.1)."""
+    """FedHKD's ranks among the 9 rows, as the reading notes recompute them (NOTES.md §6.1)."""
     paper = fedhkd.PAPER.printed()
     assert [paper.rank("fedhkd", paper.column(f"svhn-m{m}"), "local") for m in (10, 20, 50)] == [1, 1, 4]
     assert paper.rank("fedhkd", paper.column("cifar10-b0.2"), "local") == 2  # FedHKD* is best there

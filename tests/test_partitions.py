@@ -127,7 +127,7 @@ def test_dafkd_equals_dirichlet_per_class_min100():
 def test_fedal_per_client_dirichlet_equal_sizes():
     labels = labels_of([1000] * 10)
     part = make_partition(labels, 10, "dirichlet", 15, 0, {"alpha": 1.0, "mode": "per_client"})
-    assert {len(t) for t in part.train} == {len(labels) // 15}  # pipelines/fedal/NOTES.md §4.2: m = floor(N / K)
+    assert {len(t) for t in part.train} == {len(labels) // 15}  # pipelines/fedal/NOTES.md §4.2: m = ⌊|D_train| / N⌋ (N clients)
     flat = np.concatenate(part.train)
     assert len(np.unique(flat)) == len(flat)
 

@@ -77,10 +77,10 @@ class Algorithm(Generic[ClientStateT, ServerStateT, DownT, UpT]):
         return Server(model, self.init_server_state(model))
 
     def init_server_state(self, model: torch.nn.Module | None) -> ServerStateT:
-        return self.ServerState()  # type: ignore[return-value]
+        return self.ServerState()  # type: ignore[return-value]  # a ClassVar cannot hold a type variable (PEP 526)
 
     def init_client_state(self, cid: int) -> ClientStateT:
-        return self.ClientState()  # type: ignore[return-value]
+        return self.ClientState()  # type: ignore[return-value]  # a ClassVar cannot hold a type variable (PEP 526)
 
     def init_client_model(self, cid: int, server: Server[ServerStateT]) -> torch.nn.Module:
         """A client's model (its assigned architecture): a copy of the global model when there is one

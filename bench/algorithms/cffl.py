@@ -13,7 +13,7 @@ Each round, every client still in the federation (reputation r_k > 0):
 
 The reward (step 4) differs between the two modes; ``reward_share`` records it per client and round:
 
-- ``paper`` [I, the spec's summary of the paper]: the client downloads the ⌊q_k·D⌋ largest-magnitude
+- ``paper`` [I, pipelines/fedakd/NOTES.md §4 CFFL's summary of the paper]: the client downloads the ⌊q_k·D⌋ largest-magnitude
   entries of the others' aggregate u − (n_k/Σn)·u_k, q_k = r_k / max_j r_j, and adds them to the personal
   model it trained (``download: reputation``).
 - ``code`` (FedAKD's ``cffl.py``, §4 [C]): the whole aggregate less the client's own upload scaled by its
@@ -101,8 +101,8 @@ class CFFL(RewardedClients[VectorUpload]):
 
     def aggregate(self, round_index: int, server: Server[Reputations], updates: list[VectorUpload]) -> Metrics:
         """Steps 2-4: the aggregate, the reputations from each w_g + u_k's validation accuracy, each client's reward."""
-        assert server.model is not None and server.state.reputation is not None
         p, state = self.params, server.state
+        assert server.model is not None and state.reputation is not None
         state.share = {}
         if not updates:  # every client has left: nothing was trained
             return {"train_loss": 0.0, "clients_left": 0.0}

@@ -8,7 +8,8 @@ with the ⌊q_k·D⌋ largest-magnitude entries of u, q_k = tanh(β·r_k) / max_
 degree; :func:`reward_count`) — so the better a client's update aligns with the federation's, the more of
 the aggregate it gets. ``reward_share`` records q_k per client and round.
 
-``mode: code`` is FedAKD's ``cgsv.py`` [C], ``paper`` the spec's summary of the paper [P/I]: the switches of
+``mode: code`` is FedAKD's ``cgsv.py`` [C], ``paper`` the summary of the paper in
+pipelines/fedakd/NOTES.md §4 CGSV [P/I]: the switches of
 :class:`CGSVParams` (the aggregate's weights, the update's entries, what the reward is added to) and those of
 :mod:`bench.algorithms.rewards` (code: a copy of the global model, all local data).
 
@@ -80,8 +81,8 @@ class CGSV(RewardedClients[VectorUpload]):
 
     def aggregate(self, round_index: int, server: Server[Reputations], updates: list[VectorUpload]) -> Metrics:
         """u from the updates, ψ_k, the reputations, w_g ← w_g + u and each client's reward."""
-        assert server.model is not None and server.state.reputation is not None
         p, state = self.params, server.state
+        assert server.model is not None and state.reputation is not None
         keys = self.keys(server.model)
         cids = [u.cid for u in updates]
         deltas = [u.vector.dense() for u in updates]

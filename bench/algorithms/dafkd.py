@@ -303,7 +303,7 @@ class DomainEnsemble(nn.Module):
         for k, member in enumerate(self.members):
             features, out = member(x)
             logits.append(out)
-            domain.append(member.domain_logit(features) if self.discriminators is None
+            domain.append(member.domain_logit(features) if self.discriminators is None  # type: ignore[operator]  # torch: Module attributes are Tensor | Module
                           else self.discriminators[k](x)[1].squeeze(1))
         weights = self.weighting(torch.stack(domain))
         return weights.T, ensemble_teacher(torch.stack(logits), weights, self.temperature, self.form)
@@ -346,7 +346,7 @@ class LocalGAN:
         for epoch, batches in enumerate(epochs):
             for batch in batches:
                 self.losses.append(self.classifier_loop.run(
-                    [batch], lambda step, b, e=epoch: self.classifier_loss(step, e, *b)))
+                    [batch], lambda step, b: self.classifier_loss(step, epoch, *b)))
                 if self.generator_trains(epoch):
                     self.g_losses.append(self.generator_loop.run([batch], self.generator_objective))
             if epoch < len(epochs) - 1:
@@ -356,7 +356,7 @@ class LocalGAN:
         """ℓ with f = σ(ℓ): h_d on φ(x) (the shared extractor's ``features`` when given), or D_k(x)."""
         if self.separate is not None:
             return self.separate(x)[1].squeeze(1)
-        return self.model.domain_logit(self.model(x)[0] if features is None else features)
+        return self.model.domain_logit(self.model(x)[0] if features is None else features)  # type: ignore[operator]  # torch: Module attributes are Tensor | Module
 
     def classifier_loss(self, step: Step, epoch: int, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """Eq. 9: CE(h_c(φ(x)), y) + L_adv (Eq. 2) on x and x̂ = G_k(z) (detached)."""
@@ -615,7 +615,7 @@ class DaFKD(ServerBNRule[DaFKDClient, DaFKDServer, GeneratorBroadcast, DomainUpl
                     client_domain.append(
                         self._run(self._discriminator_template, update.payload.discriminator, batch)[1].squeeze(1)
                         if update.payload.discriminator is not None
-                        else functional_call(self._teacher_template.discriminator, head, (features,)).squeeze(1))
+                        else functional_call(self._teacher_template.discriminator, head, (features,)).squeeze(1))  # type: ignore[arg-type]  # torch: Module attributes are Tensor | Module
             logits.append(torch.cat(client_logits))
             domain.append(torch.cat(client_domain) if needs_domain else torch.zeros(len(samples), device=samples.device))
         return torch.stack(logits), torch.stack(domain)

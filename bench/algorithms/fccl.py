@@ -34,6 +34,7 @@ its 20 local epochs per round (here τ steps).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -105,7 +106,7 @@ class FreshAdam(torch.optim.Adam):
     """Adam whose every step starts from empty state: a freshly created Adam per step (FCCL's public
     update re-creates its optimiser for every batch)."""
 
-    def step(self, closure=None):  # type: ignore[no-untyped-def,override]
+    def step(self, closure: Callable[[], float] | None = None) -> float | None:  # type: ignore[override]  # torch overloads Optimizer.step on its closure; this is both overloads
         self.state.clear()
         return super().step(closure)
 

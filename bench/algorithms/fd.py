@@ -130,8 +130,9 @@ class FD(Algorithm[FDClient, FDServer, LabelTargets, LabelLogits]):
         state = client.state
         _, logits = client.model(x)
         sums, counts = label_means(logits.detach(), y, self.ctx.num_classes)
-        state.sums += sums  # type: ignore[operator]
-        state.counts += counts  # type: ignore[operator]
+        assert state.sums is not None and state.counts is not None  # local_update's accumulators
+        state.sums += sums
+        state.counts += counts
         loss = F.cross_entropy(logits, y)
         if state.global_means is None or state.holders is None or self.params.beta == 0:
             return loss
@@ -143,6 +144,6 @@ class FD(Algorithm[FDClient, FDServer, LabelTargets, LabelLogits]):
         held = torch.stack([(u.counts > 0).to(u.means.dtype) for u in updates])  # clients x K
         sums = sum(h.unsqueeze(1) * u.means for h, u in zip(held, updates))
         holders = held.sum(0)
-        server.state.global_means = sums / holders.clamp(min=1).unsqueeze(1)  # type: ignore[operator]
+        server.state.global_means = sums / holders.clamp(min=1).unsqueeze(1)
         server.state.holders = holders
         return {}

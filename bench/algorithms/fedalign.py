@@ -19,12 +19,12 @@ Readings (Params fields):
 
 - ``sub_bn``: the sub-network's BatchNorm normalises with the sub-batch statistics (``batch``, what
   FedAlign's ``USBatchNorm2d`` does at sub-widths) or the sliced running statistics (``running``);
-  neither updates them (spec).
+  neither updates them (pipelines/fedhkd/NOTES.md §4).
 - ``grad_clip``: FedAlign's own clip replaces ``training.grad_clip``; null: no clipping.
 - The reported train loss is the objective's value, L_CE + L_align = (1 + μ)·L_CE; a batch with
   L_lip = 0 (sub- and full-width estimates agree) adds no alignment term instead of FedAlign's 0/0.
-- ⌈w·C⌉ channels (spec), not FedAlign's ``make_divisible(w·C, 8)``: identical for ResNet-18's 64/128,
-  and it gives the spec's 116 -> 256 for ShuffleNetV2's ``conv5``.
+- ⌈w·C⌉ channels (pipelines/fedhkd/NOTES.md §4), not FedAlign's ``make_divisible(w·C, 8)``: identical for ResNet-18's 64/128,
+  and it gives the notes' 116 -> 256 for ShuffleNetV2's ``conv5``.
 """
 from __future__ import annotations
 
@@ -54,7 +54,7 @@ def transmitting_matrix(f_in: torch.Tensor, f_out: torch.Tensor) -> torch.Tensor
     """Per-sample TM = f̂_in·f_outᵀ/(H·W), shape (B, C_in, C_out); f̂_in is f_in average-pooled to
     f_out's spatial size when larger."""
     if f_in.shape[2] > f_out.shape[2]:
-        f_in = F.adaptive_avg_pool2d(f_in, f_out.shape[2:])
+        f_in = F.adaptive_avg_pool2d(f_in, (f_out.shape[2], f_out.shape[3]))
     a, b = f_in.flatten(2), f_out.flatten(2)
     return torch.bmm(a, b.transpose(1, 2)) / a.shape[2]
 

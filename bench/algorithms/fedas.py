@@ -107,7 +107,7 @@ class FedAS(ParameterAveraging[FedASClient, NoState, None, float]):
         assert client.state.previous is not None
         data = client.data
         prototypes = class_prototypes(client.state.previous, data.x, data.y, self.ctx.num_classes)
-        classifier = {id(p) for p in client.model.classifier.parameters()}
+        classifier = {id(p) for p in client.model.classifier.parameters()}  # type: ignore[union-attr]  # torch: Module attributes are Tensor | Module
         body = [p for p in client.model.parameters() if id(p) not in classifier]
         loop = Loop(torch.optim.SGD(body, lr=self.params.alignment_lr), body, round_index, client.cid,
                     guard=None)

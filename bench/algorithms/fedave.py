@@ -10,7 +10,8 @@ f_k = clip(base + (1 − base)·tanh(β·r_k), 0, 1) share of u (:func:`download
 entries, added to the model it trained. ``reward_share`` records f_k per client and round.
 
 The formulas are those of FedAKD's ``fedave.py`` (§4 [C]) in both modes: the paper's reputation also weighs
-each client's data distribution, which the spec does not give, so it is not implemented [I]. ``mode``
+each client's data distribution, a term known from FedAVE's own code (pipelines/fedakd/NOTES.md §4, FedAVE) but
+not implemented (A32) [I]. ``mode``
 switches the start model and the validation set (:mod:`bench.algorithms.rewards`: paper trains the personal
 model on its train split and scores on the validation splits; code trains a copy of the global model and
 scores on the first 10 % of each client's train split) and the update's keys (``keys``: paper the floating
@@ -83,8 +84,8 @@ class FedAVE(RewardedClients[ScoredUpload]):
 
     def aggregate(self, round_index: int, server: Server[Reputations], updates: list[ScoredUpload]) -> Metrics:
         """u by data size, w_g ← w_g + u, the scores s_k and reputations, each client's reward."""
-        assert server.model is not None and server.state.reputation is not None
         p, state = self.params, server.state
+        assert server.model is not None and state.reputation is not None
         keys = self.keys(server.model)
         uploads = [u.vector.dense() for u in updates]
         sizes = [float(u.num_samples) for u in updates]

@@ -16,6 +16,7 @@ numbers (§0.9); here CF is a statistic of the suite, computed the same way for 
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -52,14 +53,14 @@ class FedDCServer(NoState):
     correction: list[torch.Tensor] = field(default_factory=list)  # g, per parameter
 
 
-def drift_penalty(params: list[torch.Tensor], drift: list[torch.Tensor], global_params: list[torch.Tensor]) -> torch.Tensor:
+def drift_penalty(params: Sequence[torch.Tensor], drift: list[torch.Tensor], global_params: list[torch.Tensor]) -> torch.Tensor:
     """‖θ + h − w‖² over the parameters."""
-    return sum(((p + h - w) ** 2).sum() for p, h, w in zip(params, drift, global_params))  # type: ignore[return-value]
+    return sum(((p + h - w) ** 2).sum() for p, h, w in zip(params, drift, global_params))  # type: ignore[return-value]  # typeshed: sum() is Tensor | Literal[0]
 
 
-def correction_term(params: list[torch.Tensor], correction: list[torch.Tensor], own: list[torch.Tensor]) -> torch.Tensor:
+def correction_term(params: Sequence[torch.Tensor], correction: list[torch.Tensor], own: list[torch.Tensor]) -> torch.Tensor:
     """⟨θ, g − g_k⟩ over the parameters."""
-    return sum((p * (g - gk)).sum() for p, g, gk in zip(params, correction, own))  # type: ignore[return-value]
+    return sum((p * (g - gk)).sum() for p, g, gk in zip(params, correction, own))  # type: ignore[return-value]  # typeshed: sum() is Tensor | Literal[0]
 
 
 def corrected_state(own: list[torch.Tensor], server: list[torch.Tensor], delta: list[torch.Tensor],

@@ -32,7 +32,7 @@ validation plateau (up to 10⁴ steps) is not reproduced: the budget is ``distil
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import ClassVar, Literal, TypeVar
 
 import torch
 from pydantic import Field
@@ -75,46 +75,52 @@ class GroupMember(NoState):
     joined: bool = False
 
 
+MemberT = TypeVar("MemberT", bound=GroupMember)
+GroupsT = TypeVar("GroupsT", bound=GroupModels)
+
+
 @register_algorithm("feddf")
 class FedDF(ServerBNRule[GroupMember, GroupModels, None, None], ModelAveraging[GroupMember, GroupModels]):
     Params = FedDFParams
     params: FedDFParams
-    ClientState = GroupMember
-    ServerState = GroupModels
+    ClientState: ClassVar[type[NoState]] = GroupMember
+    ServerState: ClassVar[type[NoState]] = GroupModels
 
-    def init_server(self) -> Server[GroupModels]:
+    def init_server(self) -> Server[GroupsT]:
         if self.ctx.public_x is None:
             raise BenchError(f"{self.name} distils on unlabelled proxy data: set public.size (and public.source)")
         name = self.ctx.config.model.name
         models = {arch: self.ctx.build_model("server") if arch == name else self.ctx.build_model("server", arch,
                                                                                                    name=arch)
                   for arch in sorted(set(self.ctx.architectures))}
-        return Server(next(iter(models.values())) if len(models) == 1 else None, GroupModels(models))
+        state = self.init_server_state(None)
+        state.models = models
+        return Server(next(iter(models.values())) if len(models) == 1 else None, state)
 
-    def group_model(self, server: Server[GroupModels], cid: int) -> nn.Module:
+    def group_model(self, server: Server[GroupsT], cid: int) -> nn.Module:
         return server.state.models[self.ctx.architectures[cid]]
 
-    def init_client_model(self, cid: int, server: Server[GroupModels]) -> nn.Module:
+    def init_client_model(self, cid: int, server: Server[GroupsT]) -> nn.Module:
         model = self.ctx.build_model("client", cid, name=self.ctx.architectures[cid])
         copy_state(model, self.group_model(server, cid))
         return model
 
-    def global_state(self, server: Server[GroupModels], cid: int) -> dict[str, torch.Tensor]:
+    def global_state(self, server: Server[GroupsT], cid: int) -> dict[str, torch.Tensor]:
         """Client ``cid``'s group model θ_g."""
         group = self.group_model(server, cid)
         keys = self.shared_keys(group)
         return {k: v for k, v in group.state_dict().items() if keys is None or k in keys}
 
-    def receive_broadcast(self, client: Client[GroupMember], message: ModelBroadcast[None]) -> None:
+    def receive_broadcast(self, client: Client[MemberT], message: ModelBroadcast[None]) -> None:
         super().receive_broadcast(client, message)
         client.state.joined = True
 
-    def client_model(self, server: Server[GroupModels], client: Client[GroupMember]) -> nn.Module:
+    def client_model(self, server: Server[GroupsT], client: Client[MemberT]) -> nn.Module:
         return self.group_model(server, client.cid) if client.state.joined else client.model
 
     # -- server ---------------------------------------------------------------------------------
 
-    def aggregate(self, round_index: int, server: Server[GroupModels], updates: list[Update[None]]) -> Metrics:
+    def aggregate(self, round_index: int, server: Server[GroupsT], updates: list[Update[None]]) -> Metrics:
         received: dict[str, list[Update[None]]] = {}
         for update in updates:
             received.setdefault(self.ctx.architectures[update.cid], []).append(update)
@@ -127,7 +133,7 @@ class FedDF(ServerBNRule[GroupMember, GroupModels, None, None], ModelAveraging[G
             self.distill(round_index, server, updates, sorted(received))
         return {}
 
-    def ensemble_logits(self, server: Server[GroupModels], updates: list[Update[None]], x: torch.Tensor) -> torch.Tensor:
+    def ensemble_logits(self, server: Server[GroupsT], updates: list[Update[None]], x: torch.Tensor) -> torch.Tensor:
         """The mean of the received client models' logits on ``x``, each model run in eval mode on its uploaded
         weights (its group's server model as the architecture)."""
         total: torch.Tensor | None = None
@@ -144,7 +150,7 @@ class FedDF(ServerBNRule[GroupMember, GroupModels, None, None], ModelAveraging[G
             return torch.optim.Adam(model.parameters(), lr=p.distill_lr)
         return torch.optim.SGD(model.parameters(), lr=p.distill_lr)
 
-    def distill(self, round_index: int, server: Server[GroupModels], updates: list[Update[None]], groups: list[str]) -> None:
+    def distill(self, round_index: int, server: Server[GroupsT], updates: list[Update[None]], groups: list[str]) -> None:
         """``distill_steps`` lockstep public batches; per batch, the ensemble teacher, then a step of each group."""
         p = self.params
         public = self.ctx.shared_public(p.distill_batch_size, "distill")
@@ -155,9 +161,9 @@ class FedDF(ServerBNRule[GroupMember, GroupModels, None, None], ModelAveraging[G
             teacher = self.ensemble_logits(server, updates, x)
             self.distill_step(round_index, server, groups, loops, x, teacher)
 
-    def distill_step(self, round_index: int, server: Server[GroupModels], groups: list[str], loops: list[Loop],
+    def distill_step(self, round_index: int, server: Server[GroupsT], groups: list[str], loops: list[Loop],
                      x: torch.Tensor, teacher: torch.Tensor) -> None:
         """One step of every group's student on 𝒦 towards the ensemble (FedDF-AL adds its terms)."""
         for group, loop in zip(groups, loops):
             student = server.state.models[group].train()
-            loop.run([x], lambda step, batch, s=student: kd_loss(s(batch)[1], teacher, self.params.temperature))
+            loop.run([x], lambda step, batch: kd_loss(student(batch)[1], teacher, self.params.temperature))

@@ -1,6 +1,6 @@
 """FedDF-AL — FedAL's adversarial and less-forgetting components added to FedDF in the shareable-model
 setting (pipelines/fedal/NOTES.md §3.2.8, Fig. 10). The paper names it and gives τ = 15 and E = 2 but not its
-design; this is the spec's recommended reading [ASSUMPTION]:
+design; this is the reading of pipelines/fedal/NOTES.md §3.2.8 [ASSUMPTION]:
 
 * FedDF (:mod:`bench.algorithms.feddf`): one server model θ_g per architecture group, FedAvg within the
   group, ensemble distillation towards the mean logits of all the round's received client models;
@@ -18,7 +18,8 @@ design; this is the spec's recommended reading [ASSUMPTION]:
 
 The teacher is FedDF's ensemble, so the difference from FedDF isolates AL and LF. With one group the
 discriminator has one output and U_g is constant: FedDF-AL is then FedDF with the LF terms. Not
-implemented: the spec's alternative of playing the game among the N client models before averaging.
+implemented: the alternative (pipelines/fedal/NOTES.md §3.2.8) of playing the game among the N client
+models before averaging.
 """
 from __future__ import annotations
 
@@ -58,28 +59,28 @@ class FedDFALServer(GroupModels, DiscriminatorState):
 
 
 @register_algorithm("feddf_al")
-class FedDFAL(FedDF):
+class FedDFAL(FedDF[FedDFALClient, FedDFALServer]):
     Params = FedDFALParams
-    params: FedDFALParams  # type: ignore[assignment]
+    params: FedDFALParams
     ClientState = FedDFALClient
     ServerState = FedDFALServer
 
-    def init_server(self) -> Server[FedDFALServer]:  # type: ignore[override]
+    def init_server(self) -> Server[FedDFALServer]:
         server = super().init_server()
         discriminator = discriminator_state(self.ctx, self.params, len(server.state.models))
-        return Server(server.model, FedDFALServer(models=server.state.models, discriminator=discriminator.discriminator,
-                                                  optimizer=discriminator.optimizer))
+        server.state.discriminator, server.state.optimizer = discriminator.discriminator, discriminator.optimizer
+        return server
 
-    def receive_broadcast(self, client: Client[FedDFALClient], message: ModelBroadcast[None]) -> None:  # type: ignore[override]
+    def receive_broadcast(self, client: Client[FedDFALClient], message: ModelBroadcast[None]) -> None:
         super().receive_broadcast(client, message)
         client.state.snapshot = refresh_snapshot(client.state.snapshot, client.model, self.params.snapshot_mode)
 
-    def local_loss(self, step: Step, client: Client[FedDFALClient], x: torch.Tensor,  # type: ignore[override]
+    def local_loss(self, step: Step, client: Client[FedDFALClient], x: torch.Tensor,
                    y: torch.Tensor) -> torch.Tensor:
         """V_loc = CE + r_loc (FedAL eq. 17), r_loc against θ_g as broadcast this round."""
         return local_objective(client.model, client.state.snapshot, x, y, self.params, step.round)
 
-    def distill(self, round_index: int, server: Server[FedDFALServer], updates: list[Update[None]],  # type: ignore[override]
+    def distill(self, round_index: int, server: Server[FedDFALServer], updates: list[Update[None]],
                 groups: list[str]) -> None:
         if self.params.lf_global_weight > 0:  # θ̂_g
             old = server.state.snapshots or {}
@@ -87,7 +88,7 @@ class FedDFAL(FedDF):
                                       for g, m in server.state.models.items()}
         super().distill(round_index, server, updates, groups)
 
-    def distill_step(self, round_index: int, server: Server[FedDFALServer], groups: list[str],  # type: ignore[override]
+    def distill_step(self, round_index: int, server: Server[FedDFALServer], groups: list[str],
                      loops: list[Loop], x: torch.Tensor, teacher: torch.Tensor) -> None:
         p, state = self.params, server.state
         students = [state.models[g].train() for g in groups]

@@ -51,7 +51,7 @@ from bench.models import build_model
 
 
 class FedFTGParams(ServerBNParams):
-    noise_dim: int = Field(100, ge=1, description="nz of the conditional generator (spec §2.5: 100)")
+    noise_dim: int = Field(100, ge=1, description="nz of the conditional generator (pipelines/dafkd/NOTES.md §2.5: 100)")
     iterations: int = Field(10, ge=1, description="fine-tuning iterations I per round")
     generator_steps: int = Field(1, ge=1, description="generator steps per client and iteration (inner_round_g)")
     student_steps: int = Field(5, ge=1, description="student steps per iteration (inner_round_d)")
@@ -183,8 +183,8 @@ class FedFTG(ServerBNRule[NoState, GeneratorServer, None, torch.Tensor]):
             student.train()
             with torch.no_grad():
                 fake = generator(z, y)
-                target = sum(alpha[k, y].unsqueeze(1) * torch.softmax(teacher_logits(k, fake), dim=1)
-                             for k in range(len(updates)))
+                target: torch.Tensor = sum(  # type: ignore[assignment]  # typeshed: sum() is Tensor | Literal[0]
+                    alpha[k, y].unsqueeze(1) * torch.softmax(teacher_logits(k, fake), dim=1) for k in range(len(updates)))
                 named.append(named_share(target, y))
             s_loop.run(range(p.student_steps), lambda step, _: soft_cross_entropy(student(fake)[1], target))
         return sum(named) / len(named)

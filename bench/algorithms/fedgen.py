@@ -17,9 +17,9 @@ Client, from round 2 (round 1 is CE only), per batch (x, y) of size B, generator
     CE(x, y) + (B_gen/B)·α_t·CE(G_ω(G_w(ε, ŷ)), ŷ) + β_t·KL(softmax(G_ω(G_w(ε, y))) ‖ softmax(logits(x)))
 
 with ŷ ~ U{0..n−1} of size B_gen = 32, the KL "batchmean" and its target detached, and
-α_t = β_t = max(1e-4, 10·0.98^(t−1)) in 1-based round t (the spec's 0-indexed t).
+α_t = β_t = max(1e-4, 10·0.98^(t−1)) in 1-based round t (FedGen's 0-indexed round glob_iter is t − 1).
 
-Readings (FedGen's code where the spec is silent, as pipelines/dafkd/NOTES.md §2.4 records it):
+Readings (FedGen's code where the paper is silent, as pipelines/dafkd/NOTES.md §2.4 records it):
 * label counts c_{u,y} start at 1 for every label and add the labels of every batch the client trained
   on this round (all local epochs); "qualified" labels are those with max_u c_{u,y} > 1;
 * the teacher heads are the selected clients' classifiers after local training, applied with their
@@ -81,7 +81,7 @@ class FedGenParams(ServerBNParams):
     kd_decay: float = Field(0.98, gt=0, le=1, description="per-round decay of α and β")
     generator: Literal["fedgen", "embed"] = Field("fedgen", exclude_if=lambda v: v == "fedgen", description=(
         "fedgen: FedGen's generator; embed: separate noise and label embeddings, as the DaFKD paper describes the "
-        "generator it gave FedGen (pipelines/dafkd/NOTES.md §2.4 flag dafkd_embed); left out of the resolved config at its "
+        "generator it gave FedGen (pipelines/dafkd/NOTES.md §2.4, reading dafkd_embed); left out of the resolved config at its "
         "default, so the runs from before it keep their hash"))
 
 
@@ -106,7 +106,7 @@ def diversity_loss(noise: torch.Tensor, latents: torch.Tensor) -> torch.Tensor:
 def teacher_loss(head: nn.Module, head_states: list[dict[str, torch.Tensor]], latents: torch.Tensor,
                  y: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
     """Σ_u mean_b[w_{y_b,u} · CE(G_ω^u(h_b), y_b)], with ``head`` run on each user's parameters."""
-    return sum((F.cross_entropy(functional_call(head, state, (latents,)), y, reduction="none")
+    return sum((F.cross_entropy(functional_call(head, state, (latents,)), y, reduction="none")  # type: ignore[return-value]  # typeshed: sum() is Tensor | Literal[0]
                 * weights[y, u]).mean() for u, state in enumerate(head_states))
 
 
@@ -171,17 +171,17 @@ class FedGen(ServerBNRule[FedGenClient, GeneratorState, nn.Module, torch.Tensor]
 
     def resident_parameters(self, model: nn.Module) -> int:
         """The client model plus the (frozen) generator it samples latents from: Table 1's Params (pipelines/fedhkd/NOTES.md
-        §6 R6). Added to the base count truncated to 3 decimals (as the paper's FedProx/MOON values are) this
+        §10 R6). Added to the base count truncated to 3 decimals (as the paper's FedProx/MOON values are) this
         generator gives the printed CIFAR-10/100 values but 1.341 for SVHN's 1.357, which only a 64-dim
         generator without BN parameters fits (tests/test_models.py, pipelines/fedhkd/README.md)."""
-        generator = self._build_generator(model.feature_dim)
+        generator = self._build_generator(model.feature_dim)  # type: ignore[arg-type]  # torch: Module attributes are Tensor | Module
         return super().resident_parameters(model) + sum(p.numel() for p in generator.parameters())
 
     def init_server_state(self, model: nn.Module | None) -> GeneratorState:
-        if not isinstance(getattr(model, HEAD, None), nn.Module) or not hasattr(model, "feature_dim"):
+        if model is None or not isinstance(getattr(model, HEAD, None), nn.Module) or not hasattr(model, "feature_dim"):
             raise BenchError(f"fedgen needs a model with a `{HEAD}` head and a `feature_dim`; "
                              f"{self.ctx.config.model.name!r} has none")
-        generator = self._build_generator(model.feature_dim)  # type: ignore[union-attr]
+        generator = self._build_generator(model.feature_dim)  # type: ignore[arg-type]  # torch: Module attributes are Tensor | Module
         p = self.params
         return GeneratorState(generator, torch.optim.Adam(generator.parameters(), lr=p.generator_lr,
                                                           weight_decay=p.generator_weight_decay))
@@ -214,7 +214,7 @@ class FedGen(ServerBNRule[FedGenClient, GeneratorState, nn.Module, torch.Tensor]
         if t == 1:
             return loss
         p, generator = self.params, client.state.generator
-        noise = NoiseStream(step.rng, generator.noise_dim, self.ctx.device)
+        noise = NoiseStream(step.rng, generator.noise_dim, self.ctx.device)  # type: ignore[arg-type]  # torch: Module attributes are Tensor | Module
         head = getattr(client.model, HEAD)
         with torch.no_grad():
             target = F.softmax(head(generator(noise.batch(len(y)), y)), dim=1)
@@ -247,7 +247,7 @@ class FedGen(ServerBNRule[FedGenClient, GeneratorState, nn.Module, torch.Tensor]
         head = getattr(server.model, HEAD)
         generator.train()
         rng = self.ctx.stream("fedgen-server", round_index)
-        noise = NoiseStream(rng, generator.noise_dim, self.ctx.device)
+        noise = NoiseStream(rng, generator.noise_dim, self.ctx.device)  # type: ignore[arg-type]  # torch: Module attributes are Tensor | Module
 
         last: list[tuple[torch.Tensor, torch.Tensor]] = []  # the latest step's latents and labels
 

@@ -198,7 +198,7 @@ class FedHKD(ParameterAveraging[Knowledge, Knowledge, ClassStatistics | None, Cl
             return loss, []
         p, terms = self.params, []
         if p.lam:
-            terms.append(p.lam * classifier_distillation(client.model.classifier, knowledge, p.temperature,
+            terms.append(p.lam * classifier_distillation(client.model.classifier, knowledge, p.temperature,  # type: ignore[arg-type]  # torch: Module attributes are Tensor | Module
                                                          p.kd_dist, p.kd_norm, p.softmax))
             loss = loss + terms[-1]
         if p.gamma:

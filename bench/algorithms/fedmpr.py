@@ -11,7 +11,7 @@ and every smaller entry is set to 0. The server averages the pruned state dicts.
 
 ``mode: code`` is FedAKD's ``fedmpr.py`` [C]: no dropout or noise layers, equal aggregation weights (the switches
 of :class:`FedMPRParams`); the paper names dropout and noise injection [I: the rates 0.2 and 0.1 are readings, the
-spec gives none] and FedAvg's data-size weights [I]. Prune fraction 0.1 [P Table 6].
+paper and the reading notes give none] and FedAvg's data-size weights [I]. Prune fraction 0.1 [P Table 6].
 """
 from __future__ import annotations
 
@@ -52,7 +52,7 @@ def magnitude_prune(model: nn.Module, fraction: float) -> float:
 
 def l2_penalty(params: list[torch.Tensor]) -> torch.Tensor:
     """½‖θ‖² over the parameters."""
-    return 0.5 * sum((p * p).sum() for p in params)  # type: ignore[return-value]
+    return 0.5 * sum((p * p).sum() for p in params)  # type: ignore[return-value]  # typeshed: sum() is Tensor | Literal[0]
 
 
 @register_algorithm("fedmpr")
@@ -67,7 +67,7 @@ class FedMPR(ModelAveraging[NoState, NoState]):
         features, logits = client.model(x)
         if p.dropout:
             keep = (torch.rand(features.shape, generator=step.rng) >= p.dropout).to(features.device)
-            logits = client.model.classifier(features * keep / (1 - p.dropout))
+            logits = client.model.classifier(features * keep / (1 - p.dropout))  # type: ignore[operator]  # torch: Module attributes are Tensor | Module
         loss = F.cross_entropy(logits, y)
         return loss + p.weight_decay * l2_penalty(list(client.model.parameters())) if p.weight_decay else loss
 

@@ -10,8 +10,9 @@ by class. Local objective, from round 2 on (round 1 has no prototypes: plain CE)
 
 a sample whose class has no global prototype contributing 0 (it still counts in B).
 
-Reading of the distance (``distance``). The spec (§4) writes (1/B)Σ_k ‖R(x_k) − C^{y_k}‖² and calls it
-"squared L2 / MSE, as in FedProto"; the two differ by the factor d (32 on SVHN, 64 on CIFAR). Both
+Reading of the distance (``distance``). The squared-norm reading, ``sq_l2``, is
+(1/B)Σ_k ‖R(x_k) − C^{y_k}‖²; the MSE reading, ``mse`` (pipelines/fedhkd/NOTES.md §4, as the code does),
+divides it by d; the two differ by the factor d (32 on SVHN, 64 on CIFAR). Both
 reference implementations use ``nn.MSELoss()`` over the B × d feature matrix, with the feature itself
 (detached) as the target of a sample whose class has no prototype:
 
@@ -24,7 +25,7 @@ reference implementations use ``nn.MSELoss()`` over the B × d feature matrix, w
   0.05 by default in ``option.py``, 0.1 in the 2022-07 ``cifar10_training.sh``).
 
 So the default is ``mse`` (the references' reading; the weight stays the paper's λ_proto = 0.05), and
-``sq_l2`` (the spec's formula, d times stronger) is the option.
+``sq_l2`` (the squared-norm reading, d times stronger) is the option.
 
 Prototype aggregation (``proto_agg``): ``counts`` (the [R] count weighting of FedHKD Eq. 9, default) or
 ``uniform`` (original FedProto: the unweighted mean over the clients holding the class).
@@ -51,7 +52,7 @@ class FedProtoParams(AveragingParams):
     lam: float = Field(0.05, ge=0, description="λ_proto, weight of the prototype term")
     proto_agg: Literal["counts", "uniform"] = Field("counts", description="prototype weights N_i^j or 1")
     distance: Literal["mse", "sq_l2"] = Field("mse", description="‖h − C^y‖² over d (nn.MSELoss, the references), "
-                                                                   "or not divided by d (the spec's formula)")
+                                                                   "or not divided by d (the squared-norm reading)")
 
 
 @dataclass

@@ -29,7 +29,7 @@ class FedProxClient(NoState):
 
 def proximal_term(params: list[torch.Tensor], global_params: list[torch.Tensor]) -> torch.Tensor:
     """‖w − w^t‖² over the trainable parameters."""
-    return sum(((w - w_t) ** 2).sum() for w, w_t in zip(params, global_params))  # type: ignore[return-value]
+    return sum(((w - w_t) ** 2).sum() for w, w_t in zip(params, global_params))  # type: ignore[return-value]  # typeshed: sum() is Tensor | Literal[0]
 
 
 @register_algorithm("fedprox")

@@ -1,6 +1,6 @@
 """FedSAC — Wang, Wang, Lyu, Peng, Yang, Wen, Fan, "FedSAC: Dynamic Submodel Allocation for Collaborative
 Fairness in Federated Learning", KDD 2024 (pipelines/fedakd/NOTES.md §4 FedSAC). No code of the authors is public;
-``mode: code`` follows FedAKD's ``fedsac.py`` (§4 [C]), ``mode: paper`` the spec's summary of the paper [I].
+``mode: code`` follows FedAKD's ``fedsac.py`` (§4 [C]), ``mode: paper`` the notes' summary of the paper (§4 FedSAC) [I].
 
 Contribution and reputation. c_k is client k's standalone accuracy; r_k = 100·exp(β·c_k)/max_j exp(β·c_j)
 (:func:`reputations`, β = 2). FedAKD's script reads c_k from the Standalone run's file; a run cannot read
@@ -199,7 +199,7 @@ class FedSAC(Algorithm[FedSACClient, FedSACServer, Submodel, TrainedModel]):
         model = self.ctx.build_model("client", client.cid, name=self.ctx.architectures[client.cid])
         lr = self.params.contribution_lr_factor * self.ctx.config.training.optimizer.lr
         optimizer = self.ctx.make_optimizer(model.parameters(), lr)
-        alone = Client(client.cid, client.data, model, NoState(), optimizer)
+        alone = Client(client.cid, client.data, model, FedSACClient(), optimizer)  # mask None: every filter
         for epoch in range(1, self.params.contribution_epochs + 1):
             model.train()
             Loop(optimizer, list(model.parameters()), epoch, client.cid, self.ctx.config.training.grad_clip,

@@ -1,6 +1,6 @@
 """pFedCK — Zhang & Shi, "A Personalized Federated Learning Method Based on Clustering and Knowledge
 Distillation", Electronics 13(5):857, 2024 (pipelines/fedakd/NOTES.md §4 pFedCK). No code and no hyperparameters
-were published; every choice below is a reading [I] of the spec's summary, each a parameter.
+were published; every choice below is a reading [I] of the summary in pipelines/fedakd/NOTES.md §4 pFedCK, each a parameter.
 
 Each client holds a personalised model P_k (kept locally, evaluated as its model) and an interactive
 model I_k (shared). One local pass trains both on each batch with mutual distillation

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import pickle
 import tarfile
+from functools import partial
 from collections.abc import Callable
 from pathlib import Path
 from typing import IO
@@ -77,5 +78,5 @@ def prepare_cifar(name: str, data_dir: Path) -> PreparedDataset:
 for _name, (_inner, _tr, _te, _key, _classes) in _LAYOUT.items():
     register_dataset(DatasetSpec(
         name=_name, num_classes=_classes, image_shape=(3, 32, 32), num_train=50000, num_test=10000,
-        prepare=lambda d, n=_name: prepare_cifar(n, d),
+        prepare=partial(prepare_cifar, _name),
         description=f"CIFAR-{_classes}, 32x32 colour (official python tarball)"))

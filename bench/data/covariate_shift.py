@@ -26,7 +26,7 @@ class FedAKDParams(SchemeParams):
     pca_dims: int = Field(2, ge=1, le=100, description="paper form: PCA coordinates used for Algorithm 2")
     test_fraction: float = Field(0.2, ge=0, lt=1, description="per-client local test fraction")
     pool_fraction: float = Field(0.5, gt=0, le=1, description=(
-        "share of the train split partitioned (Algorithm 2 line 3 and devide.py: half)"))
+        "share of the train split partitioned (Algorithm 2 lines 5–6 and devide.py: half)"))
     alpha: float = Field(1.0, gt=0, description="DIR: Dirichlet concentration α")
     cla_size: int = Field(600, ge=1, description="CLA: samples per client (CFFL/CGSV's 600 [I])")
 

@@ -54,6 +54,7 @@ from bench.rng import numpy_stream
 if TYPE_CHECKING:  # Pillow is imported where images are drawn (not by every `bench` command)
     from PIL.Image import Image as PILImage
     from PIL.ImageFont import FreeTypeFont
+    from PIL.ImageFont import ImageFont as BitmapFont
 
 VERSION = "1"
 SEED = 0
@@ -179,7 +180,7 @@ def font_path(name: str) -> Path:
 
 
 @cache
-def _font(name: str, size: int) -> FreeTypeFont:
+def _font(name: str, size: int) -> FreeTypeFont | BitmapFont:
     from PIL import ImageFont
 
     if name == PILLOW_FONT:
@@ -249,7 +250,7 @@ def draw_image(label: int, domain_id: int, split: str, index: int, seed: int = S
     glyph = domain.glyphs[rng.integers(len(domain.glyphs))]
     bitmap = -1
     if glyph == HANDWRITTEN:
-        _, labels = handwritten_bitmaps(split)  # type: ignore[arg-type]
+        _, labels = handwritten_bitmaps(split)
         bitmap = int(rng.choice(np.flatnonzero(labels == label)))
     has_neighbours = rng.random() < domain.neighbours
     left, right = (int(v) for v in rng.integers(0, NUM_CLASSES, 2))
@@ -279,11 +280,11 @@ def _glyph_masks(draw: Recipe, split: str, rng: np.random.Generator) -> tuple[PI
 
     centre = CANVAS / 2
     if draw.glyph == HANDWRITTEN:
-        bitmaps, labels = handwritten_bitmaps(split)  # type: ignore[arg-type]
+        bitmaps, labels = handwritten_bitmaps(split)
         size = max(8, int(round(draw.height)))
         wide = Image.new("L", (CANVAS * 2, CANVAS))
-        pitch = int(round(size * 0.75))
-        for digit, offset in ((draw.label, 0), (draw.left, -pitch), (draw.right, pitch)):
+        spacing = int(round(size * 0.75))
+        for digit, offset in ((draw.label, 0), (draw.left, -spacing), (draw.right, spacing)):
             if digit < 0:
                 continue
             index = draw.bitmap if offset == 0 else int(rng.choice(np.flatnonzero(labels == digit)))
@@ -346,8 +347,8 @@ def background(domain: Domain, paper: RGB, rng: np.random.Generator) -> np.ndarr
     elif domain.texture == "speckle":
         texture = s * (rng.random((CANVAS, CANVAS)) ** 4) + s / 3 * _smooth_field(rng, 6)
     elif domain.texture == "grid":
-        period, phase = int(rng.integers(9, 15)), rng.integers(0, 15, 2)
-        lines = ((xx * (CANVAS - 1) + phase[0]) % period < 1.5) | ((yy * (CANVAS - 1) + phase[1]) % period < 1.5)
+        period, phases = int(rng.integers(9, 15)), rng.integers(0, 15, 2)
+        lines = ((xx * (CANVAS - 1) + phases[0]) % period < 1.5) | ((yy * (CANVAS - 1) + phases[1]) % period < 1.5)
         texture = -s * lines
     elif domain.texture == "ruled":
         period, phase = int(rng.integers(10, 16)), int(rng.integers(0, 16))

@@ -71,7 +71,7 @@ def _published_checksums() -> dict[str, tuple[RemoteFile, ...]]:
     }
 
 
-class _ChecksumTable(dict):  # type: ignore[type-arg]
+class _ChecksumTable(dict[str, tuple[RemoteFile, ...]]):
     """Raw folder -> files, filled from torchvision's published checksums on the first lookup of a
     folder it lacks. Tests replace entries to register fabricated files."""
 
@@ -96,7 +96,7 @@ def _extracted_checksums() -> dict[str, dict[str, str]]:
     }
 
 
-class _ExtractedTable(dict):  # type: ignore[type-arg]
+class _ExtractedTable(dict[str, dict[str, str]]):
     """Raw folder -> {extracted file name: published md5}, filled on first lookup like REMOTE_FILES."""
 
     def __missing__(self, folder: str) -> dict[str, str]:

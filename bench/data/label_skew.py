@@ -31,7 +31,8 @@ def fedhkd(labels: np.ndarray, num_clients: int, rng: np.random.Generator, param
     class, each with its own balance cap; redrawn until every train part has ``min_size``; each
     train part is shuffled, then subsampled to ``int(part·n)`` and each test part to
     ``int(2·part·n)``, with replacement. Uses numpy's legacy stream ``np.random.seed(seed)``
-    through a private ``RandomState`` (never the global one) so the spec's seed-0 vectors hold.
+    through a private ``RandomState`` (never the global one) so the seed-0 vectors of
+    pipelines/fedhkd/NOTES.md §5.2 hold.
     Local test indices point into the test split."""
     legacy = np.random.RandomState(seed)
     m, n, n_test = num_clients, len(labels), len(test_labels)

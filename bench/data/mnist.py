@@ -16,17 +16,19 @@ from __future__ import annotations
 
 import gzip
 import zipfile
+from functools import partial
 from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+from numpy.typing import DTypeLike
 
 from bench.data.registry import DatasetSpec, register_dataset
 from bench.data.download import (EXTRACTED_MD5, REMOTE_FILES, TORCHVISION, Layout, LayoutFile, locate, parsing,
                                  prepared_from_raw)
 from bench.data.prepared import PreparedDataset
 
-_IDX_DTYPES = {0x08: np.uint8, 0x09: np.int8, 0x0B: np.dtype(">i2"), 0x0C: np.dtype(">i4"),
+_IDX_DTYPES: dict[int, DTypeLike] = {0x08: np.uint8, 0x09: np.int8, 0x0B: np.dtype(">i2"), 0x0C: np.dtype(">i4"),
                0x0D: np.dtype(">f4"), 0x0E: np.dtype(">f8")}
 
 
@@ -122,11 +124,11 @@ for _name, _folder, _desc in (("mnist", "mnist", "MNIST handwritten digits"),
                               ("fashionmnist", "fashionmnist", "Fashion-MNIST clothing images")):
     register_dataset(DatasetSpec(
         name=_name, num_classes=10, image_shape=(1, 28, 28), num_train=60000, num_test=10000,
-        prepare=lambda d, n=_name, f=_folder: _prepare_idx(n, f, 10, d),
+        prepare=partial(_prepare_idx, _name, _folder, 10),
         description=f"{_desc}, 28x28 grey (torchvision mirrors, idx.gz)"))
 
 for _split, _classes, _train, _test in (("byclass", 62, 697932, 116323), ("balanced", 47, 112800, 18800)):
     register_dataset(DatasetSpec(
         name=f"emnist-{_split}", num_classes=_classes, image_shape=(1, 28, 28), num_train=_train, num_test=_test,
-        prepare=lambda d, n=f"emnist-{_split}", s=_split, c=_classes: _prepare_emnist(n, s, c, d),
+        prepare=partial(_prepare_emnist, f"emnist-{_split}", _split, _classes),
         description=f"EMNIST {_split.capitalize()}, {_classes} classes, 28x28 grey (NIST gzip.zip)"))

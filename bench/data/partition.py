@@ -15,7 +15,7 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
@@ -42,6 +42,7 @@ class Split:
 
 
 PartitionFn = Callable[..., "Indices | Split"]
+PartitionFnT = TypeVar("PartitionFnT", bound=PartitionFn)
 
 # Extra inputs a scheme may ask for: the run seed, the test-split labels, the train images
 # (uint8 N x C x H x W), the per-sample group ids of the train and test splits (LEAF users), and the
@@ -62,11 +63,11 @@ _PARTITIONERS: dict[str, Partitioner] = {}
 
 
 def register_partitioner(scheme: str, params: type[SchemeParams],
-                         needs: tuple[str, ...] = ()) -> Callable[[PartitionFn], PartitionFn]:
+                         needs: tuple[str, ...] = ()) -> Callable[[PartitionFnT], PartitionFnT]:
     if unknown := set(needs) - set(INPUTS):
         raise ValueError(f"partition scheme {scheme!r} needs unknown inputs {sorted(unknown)}")
 
-    def decorate(fn: PartitionFn) -> PartitionFn:
+    def decorate(fn: PartitionFnT) -> PartitionFnT:
         if scheme in _PARTITIONERS:
             raise ValueError(f"partition scheme {scheme!r} registered twice")
         _PARTITIONERS[scheme] = Partitioner(scheme, params, fn, (fn.__doc__ or "").strip().splitlines()[0],
@@ -164,7 +165,7 @@ def _dirichlet_per_class(labels: np.ndarray, num_clients: int, params: Dirichlet
 def _dirichlet_per_client(labels: np.ndarray, num_clients: int, alpha: float,
                           rng: np.random.Generator) -> Indices:
     """FedAL default (pipelines/fedal/NOTES.md §4.2): each client draws class proportions q ~ Dir_C(alpha) and
-    gets m = floor(N / K) samples drawn by those proportions without replacement; when a class runs
+    gets m = ⌊|D_train| / N⌋ samples (N clients) drawn by those proportions without replacement; when a class runs
     out, q is renormalised over the classes left and the shortfall redrawn. Leftovers are dropped."""
     classes = np.unique(labels)
     m = len(labels) // num_clients
@@ -342,7 +343,7 @@ def partition_dataset(data: PreparedDataset, scheme: str, num_clients: int, seed
     part = make_partition(data.train_y[keep], data.num_classes, scheme, num_clients, seed, params,
                           local_test_fraction, test_labels=data.test_y, features=data.train_x[keep], groups=groups,
                           test_groups=data.test_group, domains=domains)
-    if public is not None:  # indices of the kept subset -> indices of the train split
+    if isinstance(keep, np.ndarray):  # public drawn: indices of the kept subset -> indices of the train split
         part.train = [keep[p] for p in part.train]
         if part.local_test_source == "train":
             part.local_test = [keep[p] for p in part.local_test]

@@ -57,7 +57,7 @@ class PreparedDataset:
 
     @property
     def image_shape(self) -> tuple[int, int, int]:
-        return tuple(self.train_x.shape[1:])  # type: ignore[return-value]
+        return tuple(self.train_x.shape[1:])
 
     def arrays(self) -> dict[str, np.ndarray]:
         return {k: v for k in ARRAYS if (v := getattr(self, k)) is not None}

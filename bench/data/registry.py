@@ -85,7 +85,7 @@ def _check_against_spec(prepared: PreparedDataset, spec: DatasetSpec) -> None:
                          f"{spec.name} has {'x'.join(map(str, spec.image_shape))}")
     unverified = prepared.source.get("unverified_files")
     sizes = (len(prepared.train_y), len(prepared.test_y))
-    if unverified and sizes != (spec.num_train, spec.num_test):
+    if isinstance(unverified, list) and unverified and sizes != (spec.num_train, spec.num_test):
         raise ValueError(f"{sizes[0]} train / {sizes[1]} test samples, {spec.name} has {spec.num_train} / "
                          f"{spec.num_test}; {', '.join(map(str, unverified))} have no published checksum, so "
                          f"their sizes are what is checked")

@@ -39,10 +39,10 @@ def weighted_average(states: Sequence[dict[str, torch.Tensor]], weights: Sequenc
     return out
 
 
-_PLAIN_CLASSES: dict[tuple[type, bool], bool] = {}
+_PLAIN_CLASSES: dict[tuple[type[nn.Module], bool], bool] = {}
 
 
-def _plain_class(cls: type, loading: bool) -> bool:
+def _plain_class(cls: type[nn.Module], loading: bool) -> bool:
     """Whether ``cls`` saves (``loading``: and loads) its state as nn.Module does: its parameters and
     persistent buffers, no extra state (loading: BatchNorm's own loading, which only fills in a missing
     ``num_batches_tracked``, is allowed)."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import TypeVar
 
 import numpy as np
 import torch
@@ -85,12 +85,12 @@ class LossGuard:
 
 
 @dataclass
-class Loop(Generic[B]):
+class Loop:
     """Trains ``params`` with ``optimizer`` over ``batches``; ``who`` names the trainer in a
     divergence message (a client id, ``"server"``, ``"generator"``)."""
 
     optimizer: torch.optim.Optimizer
-    params: list[torch.Tensor]
+    params: Sequence[torch.Tensor]
     round: int
     who: int | str
     grad_clip: float | None = None
@@ -153,10 +153,12 @@ class LossTally:
             self.on_host = loss.is_cpu and loss.dtype == torch.float32
             self.total = np.float32(loss.item()) if self.on_host else loss.detach()
         elif self.on_host and loss.is_cpu and loss.dtype == torch.float32:
+            assert isinstance(self.total, np.float32)
             self.total = self.total + np.float32(loss.item())
         else:
             if self.on_host:
                 self.total, self.on_host = torch.tensor(self.total, dtype=torch.float32), False
+            assert isinstance(self.total, torch.Tensor)
             self.total = self.total + loss.detach()
         self.steps += 1
 

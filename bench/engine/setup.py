@@ -45,7 +45,7 @@ def set_deterministic(mode: bool) -> None:
     torch._C._set_deterministic_algorithms(mode, warn_only=False)
     inductor_config = sys.modules.get("torch._inductor.config")
     if inductor_config is not None:
-        inductor_config.deterministic = mode  # type: ignore[attr-defined]
+        inductor_config.deterministic = mode  # type: ignore[attr-defined]  # typeshed: ModuleType declares no attributes
 
 
 def configure_torch(threads: int, deterministic: bool, device: str) -> torch.device:

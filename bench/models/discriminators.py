@@ -7,13 +7,15 @@
 """
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from torch import nn
 
 from bench.models.layers import BodyHead
 from bench.models.registry import register_model
 
 
-ACTIVATIONS = {"relu": nn.ReLU, "leaky_relu": lambda: nn.LeakyReLU(0.2)}
+ACTIVATIONS: dict[str, Callable[[], nn.Module]] = {"relu": nn.ReLU, "leaky_relu": lambda: nn.LeakyReLU(0.2)}
 
 
 class ClientDiscriminator(BodyHead):

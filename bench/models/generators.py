@@ -8,7 +8,7 @@ Every generator has a ``noise_dim`` attribute and ``forward(z, y=None)``: noise 
 * ``cond_image_generator``: FedFTG's ``CGeneratorA`` (pipelines/dafkd/NOTES.md §2.5, §3.4 G-cond).
 * ``dcgan_generator``: DaFKD's unconditional DCGAN generator (pipelines/dafkd/NOTES.md §3.4 G-DCGAN-32/-28, A6).
 * ``embed_feature_generator``: a feature generator as the DaFKD paper describes the one it gives FedGen
-  (two embeddings, pipelines/dafkd/NOTES.md §2.4 flag ``dafkd_embed``).
+  (two embeddings, pipelines/dafkd/NOTES.md §2.4, reading ``dafkd_embed``, ``generator: embed``).
 """
 from __future__ import annotations
 
@@ -43,9 +43,9 @@ class FeatureGenerator(nn.Module):
 class EmbeddingFeatureGenerator(nn.Module):
     """"Two embedding layers (for one-hot label vector and noise vector respectively) and the fully-connected
     layer with LeakyReLU and BatchNorm layers" (DaFKD §4.1, pipelines/dafkd/NOTES.md §3.4) with a feature output, as
-    DaFKD says FedGen ran (§2.4 flag ``dafkd_embed``): noise embedding Linear(noise_dim -> hidden) and label
-    embedding Linear(C -> hidden), concatenated -> Linear(2 hidden -> hidden) -> BatchNorm1d -> LeakyReLU(0.2)
-    -> Linear(hidden -> d). The widths are not printed: ``hidden`` is FedGen's. Default PyTorch init."""
+    DaFKD says FedGen ran (pipelines/dafkd/NOTES.md §2.4, reading ``dafkd_embed``, ``generator: embed``): noise
+    embedding Linear(noise_dim -> hidden) and label embedding Linear(C -> hidden), concatenated ->
+    Linear(2 hidden -> hidden) -> BatchNorm1d -> LeakyReLU(0.2) -> Linear(hidden -> d). The widths are not printed: ``hidden`` is FedGen's. Default PyTorch init."""
 
     def __init__(self, out_shape: tuple[int, ...], num_classes: int, noise_dim: int, hidden: int) -> None:
         super().__init__()
@@ -143,7 +143,7 @@ def fedgen_generator(in_shape: tuple[int, ...], num_classes: int, noise_dim: int
 @register_model("embed_feature_generator", example_input=((256,), 10), kind=GENERATOR)
 def embed_feature_generator(in_shape: tuple[int, ...], num_classes: int, noise_dim: int = 32,
                             hidden: int = 256) -> nn.Module:
-    """Feature generator with separate noise and label embeddings (DaFKD's description; FedGen flag dafkd_embed)."""
+    """Feature generator with separate noise and label embeddings (DaFKD's description; FedGen's reading dafkd_embed, ``generator: embed``)."""
     return EmbeddingFeatureGenerator(in_shape, num_classes, noise_dim, hidden)
 
 

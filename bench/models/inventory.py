@@ -22,7 +22,7 @@ def forward_flops(model: torch.nn.Module, kind: str, in_shape: tuple[int, ...]) 
     model.eval()
     device = next(model.parameters()).device
     if kind == GENERATOR:
-        args: tuple[torch.Tensor, ...] = (torch.zeros(1, model.noise_dim, device=device),
+        args: tuple[torch.Tensor, ...] = (torch.zeros(1, model.noise_dim, device=device),  # type: ignore[call-overload]  # torch: Module attributes are Tensor | Module
                                           torch.zeros(1, dtype=torch.long, device=device))
     else:
         args = (torch.zeros(1, *in_shape, device=device),)
@@ -96,7 +96,7 @@ def format_paper_configs_table(rows: list[dict]) -> str:
     """:func:`describe_paper_configs`' rows as an aligned plain-text table."""
     header = ("paper", "role", "model", "dataset", "input", "classes", "kwargs", "parameters", "paper/spec prints",
               "agrees", "source")
-    body = [(r["paper"], r["role"], r["model"], ", ".join(r["datasets"]), "x".join(map(str, r["in_shape"])),
+    body: list[tuple[str, ...]] = [(r["paper"], r["role"], r["model"], ", ".join(r["datasets"]), "x".join(map(str, r["in_shape"])),
              str(r["num_classes"]), ", ".join(f"{k}={v}" for k, v in r["kwargs"].items()) or "-",
              f"{r['parameters']:,}", r["printed"], "yes" if r["matches"] else "NO", r["source"]) for r in rows]
     return _aligned(header, body, right={5, 7})

@@ -21,7 +21,7 @@ import contextlib
 import math
 import sys
 from collections.abc import Iterator
-from typing import Literal
+from typing import Any, Literal, TypeGuard
 
 import torch
 import torch.nn.functional as F
@@ -34,8 +34,9 @@ _PARAMETER_FREE = (nn.ReLU, nn.MaxPool2d, nn.AvgPool2d, nn.Identity)
 _SUPPORTED = (nn.Sequential, nn.Conv2d, nn.BatchNorm2d, *_PARAMETER_FREE)
 
 
-def _is_basic_block(module: nn.Module) -> bool:
-    """torchvision's ResNet ``BasicBlock``, without importing torchvision (a model holding one has)."""
+def _is_basic_block(module: nn.Module) -> TypeGuard[Any]:
+    """torchvision's ResNet ``BasicBlock``, without importing torchvision (a model holding one has); Any:
+    torchvision ships no type information."""
     resnet = sys.modules.get("torchvision.models.resnet")
     return resnet is not None and isinstance(module, resnet.BasicBlock)
 

@@ -32,6 +32,8 @@ class SmallCNN(BodyHead):
     :mod:`bench.models.slimmable`).
     """
 
+    body: nn.Sequential
+
     def __init__(self, in_shape: tuple[int, ...], num_classes: int, channels: tuple[int, int] = (16, 32),
                  feature_dim: int = 64, batch_norm: bool = True) -> None:
         super().__init__()

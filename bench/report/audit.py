@@ -173,7 +173,7 @@ class Audit:
         problems: list[str] = []
         out = [f"report   {self.report}", f"cell     {c.printed_name}", f"id       {c.id}  (suite {s.name})"]
         out += [f"printed  {k}: {v}" for k, v in self.printed]
-        found = [self.values[seed] for seed in sorted(self.values) if self.values[seed] is not None]
+        found = [value for seed in sorted(self.values) if (value := self.values[seed]) is not None]
         pinned = self.pinned.values.get(c.method, {}).get(c.setting) if self.pinned else None
         if len(found) == len(self.values):
             mean, std = mean_std(found)

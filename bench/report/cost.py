@@ -190,7 +190,8 @@ def _images_per_round(config: ExperimentConfig, sizes: list[int]) -> int:
     if t.local_steps is not None:
         return t.local_steps * t.batch_size * len(sizes)
     per_epoch = [n // t.batch_size * t.batch_size if t.drop_last else n for n in sizes]
-    return t.local_epochs * sum(per_epoch)  # type: ignore[operator]
+    assert t.local_epochs is not None  # the config requires local_steps or local_epochs
+    return t.local_epochs * sum(per_epoch)
 
 
 def _paper_sizes(config: ExperimentConfig) -> tuple[list[int], list[int]]:

@@ -26,7 +26,8 @@ Cells = dict[tuple[str, str, str], tuple[float, float | None]]  # (method, colum
 def table_rows(suite: Suite, column: ReportColumn) -> list[str]:
     """The rows of a report column: the suite's methods that the paper prints in the column's table, or
     in none of its tables (extra rows, e.g. a code-mode variant), and that run on its setting."""
-    d = suite.paper.definition  # type: ignore[union-attr]
+    assert suite.paper is not None, "a paper's report needs the suite's paper"
+    d = suite.paper.definition
     return [m for m in suite.params.methods if d.shown(column.table, m) and suite.runs_on(m, column.setting)]
 
 
@@ -166,8 +167,8 @@ def paper_markdown(suite: Suite, runs: dict[RunKey, RunRecord], summary: dict[st
               f"({' / '.join(d.groups.values()) or 'in order'}) for orientation; the ranks (ours; paper per column "
               f"it stands for, among {d.ranked_among}) and the claims below are the comparison.")
              + (f" Not ranked (not rows of the paper's tables): {', '.join(unranked)}." if unranked else ""),
-             "†: secondary statistic (optimistic: it selects on the test set). ‡: a printed value the spec "
-             "doubts (low confidence).",
+             "†: secondary statistic (optimistic: it selects on the test set). ‡: a printed value the reading notes "
+             "doubt (low confidence).",
              *([provenance] if provenance else [])]
 
     def pinned_mean(method: str, column: ReportColumn, measure: str) -> float | None:

@@ -10,7 +10,7 @@ Each writes a PNG atomically and returns its path.
 from __future__ import annotations
 
 import io
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Literal
 
@@ -103,5 +103,6 @@ def plot_partition(partition: Partition, path: str | Path, kind: PlotKind = "aut
     if kind == "auto":
         kind = "summary" if partition.scheme in {"fedakd", "leaf"} else \
             "bubble" if partition.params.get("mode") == "per_client" else "heatmap"
-    plot = {"heatmap": plot_class_heatmap, "bubble": plot_class_bubbles, "summary": plot_client_summary}[kind]
-    return plot(partition, path)
+    plots: dict[str, Callable[[Partition, str | Path], Path]] = {
+        "heatmap": plot_class_heatmap, "bubble": plot_class_bubbles, "summary": plot_client_summary}
+    return plots[kind](partition, path)

@@ -63,7 +63,8 @@ FingerprintField = Literal["machine", "cpu", "cpu_capability", "cpu_kernels", "t
                            "python_minor", "platform"]
 FORMAT = "fkd-bench-pinned"
 FORMAT_VERSION = 1
-FINGERPRINT = ("machine", "cpu", "cpu_capability", "cpu_kernels", "torch", "uv_lock_sha256", "python_minor")
+FINGERPRINT: tuple[FingerprintField, ...] = ("machine", "cpu", "cpu_capability", "cpu_kernels", "torch", "uv_lock_sha256",
+                                             "python_minor")
 ENVIRONMENT = ("platform", "machine", "cpu", "cpu_capability", "cpu_kernels", "python", "torch", "uv_lock_sha256",
                "git_commit", "code_sha256")
 PER_SEED_ABS = 0.07
@@ -158,7 +159,7 @@ def pin(suite: Suite, path: Path, per_seed_abs: float | None = None, mean_abs: f
     without values and left out of its cell's mean); tolerances default to the policy."""
     runs = require_runs(suite)
     p = suite.params
-    values = {}
+    values: dict[str, dict[str, PinnedCell]] = {}
     for method in p.methods:
         values[method] = {}
         for setting in suite.settings_of(method):
@@ -423,7 +424,8 @@ def compare(suite: Suite, path: Path, data_dir: Path | None = None, required: bo
         raise BenchError(f"suite {suite.name} has none of its {len(problems)} runs in {suite.results_dir()} to "
                          f"compare with {path}; run {repro_command(suite)} first")
     tol = pinned.tolerance
-    cells = {(m, s): cell for m, by_setting in pinned.values.items() for s, cell in by_setting.items()}
+    cells: dict[tuple[str, str], PinnedCell | None] = {
+        (m, s): cell for m, by_setting in pinned.values.items() for s, cell in by_setting.items()}
     for m, s, _ in found:
         cells.setdefault((m, s), None)
     methods, settings = list(suite.params.methods), list(suite.params.settings)

@@ -168,7 +168,7 @@ def setting_curves(suite: Suite, runs: dict[tuple[str, str, int], RunRecord],
     Table 3 equal wall-clock budgets)."""
     per_method: dict[tuple[str, str], tuple[np.ndarray, np.ndarray]] = {}
     for method in suite.params.methods:
-        curves = [runs[key].curves() for seed in suite.params.suite.seeds if (key := (method, setting, seed)) in runs]
+        curves = [runs[run].curves() for seed in suite.params.suite.seeds if (run := (method, setting, seed)) in runs]
         if not curves:  # every seed diverged, or the method does not run on this setting
             continue
         rounds = np.array(curves[0]["round"], dtype=int)
@@ -291,7 +291,7 @@ def computed_figures(suite: Suite, runs: dict[tuple[str, str, int], RunRecord], 
     for figure in paper.figures(ours, curve):
         fig = line_figure(figure, {m: paper.definition.label(m) for m in suite.methods}, suite.methods)
         path = folder / f"paper_{figure.name}.png"
-        atomic_write(path, lambda handle, fig=fig: fig.savefig(handle, format="png", dpi=110))
+        atomic_write(path, lambda handle: fig.savefig(handle, format="png", dpi=110))
         written.append(DrawnFigure(figure.name, figure.title, path))
     return written
 
@@ -316,8 +316,8 @@ def write_report(suite: Suite, out: Path | None = None, data_dir: Path | None = 
     table = summarize(suite, runs)
     pinned_path = default_pinned_path(suite.params_file, suite.name) if suite.params_file else None
     pinned: PinnedFile | None = load_pinned(pinned_path, suite) if pinned_path and pinned_path.exists() else None
-    provenance = provenance_markdown(runs, suite.methods, pinned, pinned_path and pinned_display_name(
-        pinned_path, Path(suite.params_file).parent if suite.params_file else None))
+    provenance = provenance_markdown(runs, suite.methods, pinned, pinned_display_name(
+        pinned_path, Path(suite.params_file).parent if suite.params_file else None) if pinned_path else None)
     written = [write_text(out / "summary.csv", summary_csv(table))]
     written += [write_json(out / "metrics" / name, values) for name, values in metrics_files(table).items()]
     for setting in suite.params.settings:

@@ -129,7 +129,7 @@ class _Pickler(pickle.Pickler):
 
 
 _PICKLE = types.ModuleType("bench_checkpoint_pickle")
-_PICKLE.Pickler = _Pickler  # type: ignore[attr-defined]
+_PICKLE.Pickler = _Pickler  # type: ignore[attr-defined]  # typeshed: ModuleType declares no attributes
 FUNCTIONS = {f"{optimizer_state.__module__}.{optimizer_state.__qualname__}": optimizer_state}
 """The functions a checkpoint may call, by the name it gives them."""
 
@@ -154,7 +154,8 @@ def _write_temporary(folder: Path, checkpoint: Checkpoint) -> Path:
     try:
         with os.fdopen(fd, "wb") as handle:
             content = _Digesting(handle)
-            torch.save(checkpoint, content, pickle_module=_PICKLE)
+            # torch.save types its file as IO[bytes]; it only writes to it and flushes it.
+            torch.save(checkpoint, content, pickle_module=_PICKLE)  # type: ignore[arg-type]
             handle.write(MAGIC + content.digest.digest())
             handle.flush()
             os.fsync(handle.fileno())
@@ -179,6 +180,7 @@ def allowed_class(path: str) -> type | None:
     name never imports anything) that is a model, an optimiser, a dataclass, an enum or ``dict``; None for
     anything else."""
     parts = path.split(".")
+    obj: object = None
     for split in range(len(parts) - 1, 0, -1):  # the longest prefix that is an imported module
         if (obj := sys.modules.get(".".join(parts[:split]))) is not None:
             break
@@ -211,7 +213,7 @@ def read_checkpoint(path: Path, device: torch.device) -> Checkpoint:
     if refused := sorted(name for name, cls in classes.items() if cls is None):
         raise DamagedCheckpoint(f"it names {', '.join(refused[:3])}, which a checkpoint never holds (not loaded)")
     try:
-        with torch.serialization.safe_globals([(cls, name) for name, cls in classes.items()]):
+        with torch.serialization.safe_globals([(cls, name) for name, cls in classes.items() if cls is not None]):
             checkpoint = torch.load(io.BytesIO(content), map_location=device, weights_only=True)
     except Exception as exc:
         raise DamagedCheckpoint(f"it cannot be read ({type(exc).__name__}: {str(exc).splitlines()[0][:120]})") from None

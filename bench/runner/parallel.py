@@ -54,7 +54,7 @@ def run_many(requests: list[RunRequest], executor: Executor | int = 1, on_round:
             if listener:
                 listener.start()
             outcomes = record(pool.map(run_quiet, requests, range(len(requests)), [rounds] * len(requests)))
-            if listener:
+            if listener and rounds is not None:
                 rounds.put(None)
                 listener.join()
     failures = [o.message for o in outcomes if isinstance(o, Failure) and not o.diverged]

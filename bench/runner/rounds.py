@@ -79,7 +79,7 @@ def lockstep(phase: Lockstep[Any, Any, Any, Any, Any], round_index: int, server:
         for name, value in metrics.items():
             served.setdefault(name, []).append(value)
         for client, loop, out, reply in zip(clients, loops, outputs, replies):
-            losses.append(loop.run([x], lambda step, batch, c=client, o=out, r=reply: phase.loss(step, c, batch, o, r)))
+            losses.append(loop.run([x], lambda step, batch: phase.loss(step, client, batch, out, reply)))
     row = {phase.loss_name: sum(losses) / len(losses)} if losses else {}
     return {**row, **{k: sum(v) / len(v) for k, v in served.items()}}
 

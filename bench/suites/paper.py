@@ -229,7 +229,7 @@ class PaperDefinition(_Strict):
     tables: dict[str, Table] = Field(min_length=1)
     analogues: dict[str, Analogue] = Field(default_factory=dict)
     low_confidence: list[tuple[str, str, str]] = Field(default_factory=list, description=(
-        "(method, column, measure) cells whose printed value the spec doubts"))
+        "(method, column, measure) cells whose printed value the reading notes doubt"))
     acceptance: Acceptance | None = None
     figures: dict[str, Figure] = Field(default_factory=dict, description="curves drawn from the records")
     _values: dict[CellKey, float | None] = PrivateAttr(default_factory=dict)
@@ -344,7 +344,8 @@ class PaperDefinition(_Strict):
         """The report columns these settings make, per table: its paper columns, then its analogues."""
         out: list[ReportColumn] = []
         for name, table in self.tables.items():
-            entries = [(key, c.label, c.setting or key, (key,), c.statistic) for key, c in table.columns.items()]
+            entries: list[tuple[str, str, str, tuple[str, ...], dict[str, Any]]] = [
+                (key, c.label, c.setting or key, (key,), c.statistic) for key, c in table.columns.items()]
             entries += [(key, a.label, a.setting or key, tuple(a.stands_for), a.statistic)
                         for key, a in self.analogues.items() if self.table_of(a.stands_for[0]) == name]
             out += [ReportColumn(key, name, label, setting, stands_for,

@@ -27,7 +27,7 @@ import csv
 import io
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -97,7 +97,8 @@ def reduce_clients(values: Sequence[float], how: Literal["mean", "max", "min", "
     """One round's per-client values (client-id order) to one; ``mean`` is numpy's, as the runner's; ``std``
     the population standard deviation over the clients (numpy's, ddof 0)."""
     array = np.asarray(values, dtype=float)
-    return float({"mean": np.mean, "max": np.max, "min": np.min, "std": np.std}[how](array))
+    reducers: dict[str, Callable[[np.ndarray], Any]] = {"mean": np.mean, "max": np.max, "min": np.min, "std": np.std}
+    return float(reducers[how](array))
 
 
 def mean_std(values: Sequence[float]) -> tuple[float, float | None]:
@@ -246,21 +247,23 @@ class Statistic(BaseModel):
         if self.metric not in records.values:
             return None
         try:
-            if self.clients in ("cf", "cfcode"):
+            if self.clients == "cf" or self.clients == "cfcode":
                 assert reference is not None, "a cf statistic needs its reference run's records"
-                series = records.cf_series(self.metric, reference, self.clients)  # type: ignore[arg-type]
+                series = records.cf_series(self.metric, reference, self.clients)
             else:
                 series = records.series(self.metric, self.clients)
             if self.rounds == "final":
                 value = final(series, records.last_round)
             elif self.rounds == "last":
-                value = last_k(series, records.last_round, self.k)  # type: ignore[arg-type]
+                assert self.k is not None  # _complete requires k with rounds=last
+                value = last_k(series, records.last_round, self.k)
             elif self.rounds == "max":
                 value = max_over_rounds(series)
             elif self.rounds == "count":
                 value = float(len(series))
             else:
-                value = rounds_to_target(series, self.target)  # type: ignore[arg-type]
+                assert self.target is not None  # _complete requires target with rounds=reach
+                value = rounds_to_target(series, self.target)
         except BenchError as exc:
             raise BenchError(f"{records.source}: {self.name}: {exc}") from None
         return None if math.isnan(value) else value

@@ -1,5 +1,5 @@
 """FedAKD (KDD 2025): Tables 1-5 (``paper.yaml``), the claims the report checks (pipelines/fedakd/NOTES.md §8 R5, R6,
-R8, R9; §5.4), the sections for Tables 2 and 3, and its own figures (``figures.py``).
+R8, R9; paper §5.4), the sections for Tables 2 and 3, and its own figures (``figures.py``).
 
 The ``paper`` and ``paper_code`` profiles' Table-1 and Table-5 settings are the paper's columns
 (``fmnist-pow`` … ``t5-cifar10-dir3``). Tables 3 and 4 were run on the private EHR data, so every profile
@@ -31,7 +31,7 @@ TABLE5_METHODS = ("standalone", "fedavg", "cffl", "cgsv", "fedave", "fedsac", "f
 ABLATION_ORDER = ("fedakd", "fedakd_correct_agg", "fedakd_all_data", "fedakd_single_dist")  # R9, on CF
 SELECTION = (("fedakd", "selected_share"),)  # the claims on FedAKD rest on its selection I_k leaving samples out
 TIME_SETTINGS_NOTE = (
-    "The paper's own Table 3 contradicts its claim that FedAKD has the highest per-round time (§5.4): under "
+    "The paper's own Table 3 contradicts its claim that FedAKD has the highest per-round time (paper §5.4): under "
     "FedAKD's 40-round budget FedAVE completes 39 rounds, so FedAVE is slower per round than FedAKD.")
 
 

@@ -18,7 +18,7 @@ from bench.suites.verdicts import MOST, Need
 from bench.suites.plugins import register_paper
 
 BETA_PAIRS = [(f"{d}-b0.2", f"{d}-b5") for d in ("cifar10", "svhn")]  # Table 2: the same data at β = 0.2 and 5
-STATED_GAINS = {  # §4.2 "Accuracy comparison" (spec §6.1): FedHKD's relative gain over FedAvg, in %
+STATED_GAINS = {  # paper §4.2 "Accuracy comparison" (NOTES.md §6.1): FedHKD's relative gain over FedAvg, in %
     **{(f"svhn-m{m}", "local"): g for m, g in zip((10, 20, 50), (19.5, 14.3, 20.6))},
     **{(f"svhn-m{m}", "global"): g for m, g in zip((10, 20, 50), (37.0, 15.6, 39.5))},
     **{(f"cifar10-m{m}", "local"): g for m, g in zip((10, 20, 50), (5.1, 8.9, 14.5))},
@@ -109,7 +109,7 @@ class FedHKD(Paper):
         ]
 
     def _table2_claim(self, results: Results) -> Claim:
-        """§4.2: "As shown in Table 2, FedHKD improves both local and global accuracy in all settings,
+        """Paper §4.2: "As shown in Table 2, FedHKD improves both local and global accuracy in all settings,
         surpassing other methods except FedMD on SVHN dataset for β = 5": FedHKD beats every other row
         in every Table-2 cell, FedMD excepted where every column the cell stands for is SVHN β=5."""
         d = self.definition

@@ -11,7 +11,7 @@ evaluations, each priced two ways:
   ``bench models`` counts them, on the meta device), a trained sample taken as 3 forward passes (forward and
   backward), then GPU-hours at an assumed sustained throughput (``--tflops``, 3 by default as ``bench suite
   cost`` assumes);
-* the spec's per-step milliseconds for an A100/H100 at batch 32, where small ResNets are launch-bound
+* the reading notes' per-step milliseconds (pipelines/dafkd/NOTES.md §6) for an A100/H100 at batch 32, where small ResNets are launch-bound
   (§6: CE step 2.5 ms, FedProx 2.8, FedGen client step 3.5, DaFKD client iteration 8, KD or server step 2.5;
   an evaluation forward batch of 1,024 at 2.5 ms and FedFTG's and FedDF's teachers at a server step each per
   batch, assumptions of this script).
@@ -60,7 +60,7 @@ def client_sizes(config) -> list[int]:  # type: ignore[no-untyped-def]
 
 
 def run_budget(suite: Suite, method: str, setting: str) -> tuple[float, float]:
-    """(FLOPs, spec milliseconds) of one run."""
+    """(FLOPs, reading-notes milliseconds) of one run."""
     cfg = suite.config(method, setting, 0)
     spec = get_dataset_spec(cfg.dataset.name)
     shape, classes, t, p = spec.image_shape, spec.num_classes, cfg.training, cfg.algorithm.params
@@ -117,7 +117,7 @@ def main() -> None:
                 groups[group] = groups.get(group, 0.0) + m * seeds
             rows.append((method, len(suite.settings_of(method)) * seeds, flops, ms))
             total_flops, total_ms = total_flops + flops, total_ms + ms
-        print(f"\n## profile {profile}: GPU-hours at {args.tflops:g} TFLOP/s (FLOPs) and at the spec's ms per step\n")
+        print(f"\n## profile {profile}: GPU-hours at {args.tflops:g} TFLOP/s (FLOPs) and at the notes' ms per step\n")
         print("| method | runs | PFLOP | GPU-h (FLOPs) | GPU-h (spec ms) |\n|---|---|---|---|---|")
         for method, runs, flops, ms in rows:
             print(f"| {method} | {runs} | {flops / 1e15:.1f} | {flops / (args.tflops * 1e12) / 3600:.1f} | "
