@@ -80,7 +80,9 @@ GroupsT = TypeVar("GroupsT", bound=GroupModels)
 
 
 @register_algorithm("feddf")
-class FedDF(ServerBNRule[GroupMember, GroupModels, None, None], ModelAveraging[GroupMember, GroupModels]):
+class FedDF(ServerBNRule[MemberT, GroupsT, None, None], ModelAveraging[MemberT, GroupsT]):
+    """Generic over its states, which FedDF-AL extends (:mod:`bench.algorithms.feddf_al`)."""
+
     Params = FedDFParams
     params: FedDFParams
     ClientState: ClassVar[type[NoState]] = GroupMember

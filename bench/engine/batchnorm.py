@@ -49,5 +49,7 @@ def pooled_statistics(statistics: Sequence[dict[str, torch.Tensor]],
         mean = sum(n / total * s[key] for s, n in zip(statistics, counts))
         assert isinstance(mean, torch.Tensor)
         out[key] = mean
-        out[var_key] = sum(n / total * (s[var_key] + (s[key] - mean) ** 2) for s, n in zip(statistics, counts))
+        var = sum(n / total * (s[var_key] + (s[key] - mean) ** 2) for s, n in zip(statistics, counts))
+        assert isinstance(var, torch.Tensor)
+        out[var_key] = var
     return out

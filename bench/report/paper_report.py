@@ -242,8 +242,8 @@ def detection_section(d: PaperDefinition, ours: Results) -> str:
             for column in ours.table(name):
                 statistic = column.statistics[measure_name].name
                 for method in d.rows(name):
-                    if (values := ours.seeds.get((method, column.key, measure_name))) is not None:
-                        by_statistic.setdefault(statistic, {}).setdefault(method, {}).update(values)
+                    if (seeds := ours.seeds.get((method, column.key, measure_name))) is not None:
+                        by_statistic.setdefault(statistic, {}).setdefault(method, {}).update(seeds)
             for statistic, values in by_statistic.items():
                 widest = max(len(v) for v in values.values())
                 kept = {m: v for m, v in values.items() if len(v) == widest and all(map(math.isfinite, v.values()))}

@@ -309,7 +309,7 @@ def log_versus(v: Versus, files: list[Path]) -> str:
         for c in v.comparisons:
             metrics = {"mean_diff": c.mean, "wins": c.wins, "ties": c.ties, "losses": c.losses,
                        "ci_low": c.interval and c.interval[0], "ci_high": c.interval and c.interval[1],
-                       "p": c.test and c.test.p, "p_holm": c.p_holm, "detectable": c.detectable}
+                       "p": None if c.test is None else c.test.p, "p_holm": c.p_holm, "detectable": c.detectable}
             for name, value in metrics.items():
                 if value is not None:
                     client.log_metric(run_id, f"{c.baseline}.{name}", float(value))

@@ -632,8 +632,10 @@ class Judged:
                                                                 f", Holm {self.p_holm:.2g}")
         if c.y is None:  # a value against a bound: shown as the value, its interval and the bound
             sign = 1 if c.higher else -1
-            low, high = sorted(sign * v for v in t.interval) if t.interval else (None, None)
-            interval = "" if low is None else f" [{s * low:.{digits}f}, {s * high:.{digits}f}]"
+            interval = ""
+            if t.interval is not None:
+                low, high = sorted(sign * v for v in t.interval)
+                interval = f" [{s * low:.{digits}f}, {s * high:.{digits}f}]"
             bound = f"{'>' if c.higher else '<'} {s * sign * t.margin:.{digits}f}"
             return f"{c.label}: {s * sign * t.effect:.{digits}f}{interval}, claimed {bound}; {t.name}, {p}"
         interval = "" if t.interval is None else f" [{s * t.interval[0]:+.{digits}f}, {s * t.interval[1]:+.{digits}f}]"
@@ -699,8 +701,8 @@ def grouped_claim(text: str, results: Results, groups: Sequence[Group], need: Ne
     judged_groups = _judge(results, kept, rests_on)
     flat = [j for g in judged_groups for j in g]
     states = []
-    for group in judged_groups:
-        measured = [j for j in group if j.outcome not in ("not measured", "not exercised")]
+    for judged_group in judged_groups:
+        measured = [j for j in judged_group if j.outcome not in ("not measured", "not exercised")]
         states.append(decide(sum(j.outcome == "holds" for j in measured), sum(j.outcome == "fails" for j in measured),
                              len(measured), within))
     measured_groups = [s for s in states if s != "not measured"]
@@ -727,7 +729,7 @@ def _judge(results: Results, groups: list[list[Comparison]],
     return out
 
 
-def _evidence(flat: list[Judged], states: list[str], within: Need, need: Need) -> str:
+def _evidence(flat: list[Judged], states: Sequence[str], within: Need, need: Need) -> str:
     count = {o: sum(j.outcome == o for j in flat) for o in ("holds", "fails", "not measured", "not exercised")}
     measured = len(flat) - count["not measured"] - count["not exercised"]
     parts = [f"{count['holds']}/{measured} hold, {count['fails']} against"]
