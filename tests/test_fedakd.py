@@ -103,10 +103,29 @@ def test_selection_is_recorded_and_all_data_selects_everything(data_dir: Path) -
         assert client.state.selected.tolist() == hits.tolist() and shares[client.cid] == len(hits) / client.data.num_samples
 
 
-def test_single_dist_replaces_the_local_model_by_the_global_one(data_dir: Path) -> None:
-    """Table 4 Single-Dist: no G→L; w_k ← w_g, so after a round every local model is the round's starting
+def test_single_dist_trained_overwrites_then_trains_by_cross_entropy_alone(data_dir: Path) -> None:
+    """Table 4 Single-Dist, default reading: w_k ← w_g, then an epoch of CE on D_k (no KD term: α has no effect),
+    and that trained w_k selects I_k; the local model is no longer the round's starting global model."""
+    runs = [run_federation(small_config(algorithm={"name": "fedakd", "global_to_local": False, "alpha": alpha},
+                                        training={"rounds": 2}, model={"name": "mlp"},
+                                        partition={"num_clients": 3, "local_test_fraction": 0.2}), data_dir).state
+            for alpha in (1.0, 5.0)]
+    state, other = runs
+    for a, b in zip(state.clients, other.clients):
+        assert all(torch.equal(x, y) for x, y in zip(a.model.state_dict().values(), b.model.state_dict().values()))
+    before = {k: v.clone() for k, v in state.server.model.state_dict().items()}
+    run_round(state.algorithm, 3, state.server, state.clients, Ledger())
+    for client in state.clients:
+        assert not all(torch.equal(client.model.state_dict()[k], v) for k, v in before.items())
+        hits = correctly_predicted(client.model, client.data.x, client.data.y, 1024)
+        assert client.state.selected.tolist() == hits.tolist()
+
+
+def test_single_dist_copied_replaces_the_local_model_by_the_global_one(data_dir: Path) -> None:
+    """Single-Dist, reading ``copied``: w_k ← w_g only, so after a round every local model is the round's starting
     global model, and the global model moved (L→G still ran)."""
-    cfg = small_config(algorithm={"name": "fedakd", "global_to_local": False}, training={"rounds": 2},
+    cfg = small_config(algorithm={"name": "fedakd", "global_to_local": False, "single_dist": "copied"},
+                       training={"rounds": 2},
                        partition={"num_clients": 3, "local_test_fraction": 0.2}, model={"name": "mlp"})
     state = run_federation(cfg, data_dir).state
     before = {k: v.clone() for k, v in state.server.model.state_dict().items()}
@@ -292,3 +311,58 @@ def test_runner_options_fedakds_suite_uses(data_dir: Path, tmp_path: Path) -> No
     assert records.series("global_train_loss")[2] == pytest.approx(loss, rel=1e-5)
     saved = torch.load(tmp_path / "run" / "model.pt", weights_only=True)
     assert all(torch.equal(saved[k], v) for k, v in model.state_dict().items())
+
+
+# -- the released code's protocol in code mode (pipelines/fedakd/NOTES.md §1.8, §2.5) -----------------------
+
+
+def test_unit_normalisation_is_pixel_over_255_and_changes_a_run(data_dir: Path) -> None:
+    """D12: the released code feeds pixel/255 in [0, 1], no mean/std (``dataset.normalize: unit``)."""
+    from bench.data import load_dataset
+    from bench.runner.federation import to_tensor
+
+    data = load_dataset("digits", data_dir)
+    unit = to_tensor(data.train_x[:4], data, torch.device("cpu"), "unit")
+    torch.testing.assert_close(unit, torch.from_numpy(data.train_x[:4]).float() / 255)
+    stats = run_federation(small_config(training={"rounds": 1}), data_dir)
+    released = run_federation(small_config(training={"rounds": 1}, dataset={"normalize": "unit"}), data_dir)
+    assert released.curves != stats.curves
+
+
+def test_the_released_protocols_settings_use_pixel_over_255_the_paper_form_mean_and_std() -> None:
+    root = Path(__file__).resolve().parents[1] / "pipelines" / "fedakd" / "params.yaml"
+    for profile, code_settings in (("paper_code", None), ("proxy", {"pow-code", "bcs-code", "ics-code"}),
+                                   ("smoke", {"ics-code"})):
+        suite = load_suite(root, overrides=[f"profile={profile}"])
+        for setting in suite.settings:
+            released = code_settings is None or setting in code_settings
+            assert suite.config("fedakd", setting, 0, timed=False).dataset.normalize == ("unit" if released else "stats")
+
+
+def test_stored_validation_is_the_head_of_each_clients_stored_data_test_images_included(data_dir: Path) -> None:
+    """§2.5, D18: ``validation: stored`` is the first ⌊0.1·n_k⌋ of the client's train and local test data together,
+    in the partition's (index) order — some of them test images (leakage); ``head`` holds train images only."""
+    from bench.data import load_dataset
+    from bench.engine.validation import server_validation
+    from bench.runner.federation import partition_for, to_tensor
+
+    cfg = small_config(algorithm={"name": "fedave", "mode": "code"}, training={"rounds": 1},
+                       partition={"num_clients": 3, "local_test_fraction": 0.2}, model={"name": "mlp"})
+    assert FedAKDParams(mode="code").data == "train_and_test"
+    from bench.algorithms.rewards import RewardParams  # the fairness baselines' shared readings
+    assert RewardParams(mode="code").validation == "stored" and RewardParams().validation == "split"
+    state = run_federation(cfg, data_dir).state
+    data = load_dataset("digits", data_dir)
+    partition = partition_for(cfg, data, None)
+    images = to_tensor(data.train_x, data, torch.device("cpu"))
+    xs, tested = [], 0
+    for cid in range(3):
+        stored = np.sort(np.concatenate([partition.train[cid], partition.local_test[cid]]))
+        head = stored[: int(0.1 * len(stored))]
+        xs.append(images[torch.from_numpy(head)])
+        tested += int(np.isin(head, partition.local_test[cid]).sum())
+    x, y = server_validation([c.data for c in state.clients], "stored")
+    torch.testing.assert_close(x, torch.cat(xs))
+    assert tested > 0
+    x_head, _ = server_validation([c.data for c in state.clients], "head")
+    assert len(x_head) != len(x) or not torch.equal(x_head, x)
