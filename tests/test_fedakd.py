@@ -172,11 +172,13 @@ def test_algorithm2_redrawn_from_the_seed_is_the_partition_with_mahalanobis_norm
     labels, features = pool
     params = {"setting": "ics", "shift": shift}
     part = make_partition(labels, 10, "fedakd", 10, 4, params, features=features)
-    draws, deltas, sigma = algorithm2_draws(features, 10, 4, Scheme.model_validate(params))
-    for draw, train, test in zip(draws, part.train, part.local_test):
+    made = algorithm2_draws(features, 10, 4, Scheme.model_validate(params))
+    for train, test, made_train, made_test in zip(part.train, part.local_test, made.train, made.local_test):
+        assert np.array_equal(train, made_train) and np.array_equal(test, made_test)
+    for draw, train, test in zip(made.drawn, made.as_drawn_train, made.local_test):  # as drawn: the split of the draw
         assert np.array_equal(np.sort(draw), np.sort(np.concatenate([train, test])))
-    np.testing.assert_allclose([d @ np.linalg.inv(sigma) @ d for d in deltas], shift, rtol=1e-9)
-    assert [len(d) for d in draws] == client_sizes(1000, 10, Scheme.model_validate(params)).tolist()
+    np.testing.assert_allclose([d @ np.linalg.inv(made.sigma) @ d for d in made.deltas], shift, rtol=1e-9)
+    assert [len(d) for d in made.drawn] == client_sizes(1000, 10, Scheme.model_validate(params)).tolist()
 
 
 def test_pool_fraction_sizes_and_a_whole_pool(pool) -> None:
