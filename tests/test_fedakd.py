@@ -150,6 +150,42 @@ def test_code_mode_trains_and_selects_on_train_and_test_and_distils_last_rounds_
     assert fresh.order == "code"
 
 
+@pytest.mark.parametrize("order", ["paper", "code"])
+def test_the_order_of_a_rounds_steps(data_dir: Path, order: str) -> None:
+    """§0.10: Algorithm 1 (``order: paper``) distils G→L from the round's *incoming* w_g, selects, then distils L→G
+    on the I_k just selected, and aggregates last. The released loop (``code``) distils L→G first, on last round's
+    I_k (all of D_k before any selection), aggregates, and only then distils G→L from the *new* w_g and selects.
+    Swapping the two branches of ``phases`` fails both cases."""
+    state = fedakd_run(data_dir, rounds=1, order=order)
+    algorithm, server, clients = state.algorithm, state.server, state.clients
+    taught_by: list[dict[str, torch.Tensor]] = []
+    distilled_on: list[list[int]] = []
+    g2l, l2g = algorithm.global_to_local, algorithm.local_to_global
+
+    def record_g2l(round_index, client, received):  # type: ignore[no-untyped-def]
+        taught_by.append({k: v.clone() for k, v in received.state.items()})
+        return g2l(round_index, client, received)
+
+    def record_l2g(round_index, client, received, weight):  # type: ignore[no-untyped-def]
+        chosen = client.state.selected
+        distilled_on.append(list(range(len(algorithm.pool(client)[1]))) if chosen is None else chosen.tolist())
+        return l2g(round_index, client, received, weight)
+
+    algorithm.global_to_local, algorithm.local_to_global = record_g2l, record_l2g  # type: ignore[method-assign]
+    before_selection = [None if c.state.selected is None else c.state.selected.tolist() for c in clients]
+    incoming = {k: v.clone() for k, v in server.model.state_dict().items()}
+    run_round(algorithm, 2, server, clients, Ledger())
+    outgoing = server.model.state_dict()
+    assert len(taught_by) == len(distilled_on) == len(clients)
+    teacher = outgoing if order == "code" else incoming
+    assert not all(torch.equal(incoming[k], outgoing[k]) for k in incoming)  # the aggregation moved w_g
+    for received in taught_by:
+        assert all(torch.equal(received[k], teacher[k]) for k in teacher)
+    after_selection = [c.state.selected.tolist() for c in clients]
+    assert distilled_on == (before_selection if order == "code" else after_selection)
+    assert before_selection != after_selection
+
+
 def test_a_round_is_deterministic(data_dir: Path) -> None:
     a, b = fedakd_run(data_dir, rounds=2), fedakd_run(data_dir, rounds=2)
     assert all(torch.equal(x, y) for x, y in zip(a.server.model.state_dict().values(), b.server.model.state_dict().values()))
