@@ -155,11 +155,11 @@ class FedAKD(Algorithm[FedAKDClient, NoState, ModelBroadcast[None], DistilledCop
 
         def step(_: Step, batch: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
             bx, by = batch
-            _, logits = client.model(bx)
             if not distil:
-                return F.cross_entropy(logits, by)
+                return F.cross_entropy(client.model(bx)[1], by)
             with torch.no_grad():
                 _, teacher_logits = teacher(bx)
+            _, logits = client.model(bx)
             return distillation_objective(logits, teacher_logits, by, self.params.alpha, self.params.temperature)
 
         return self.ctx.client_loop(client, round_index).run(self.ctx.batches(x, y, client.cid, round_index), step)
