@@ -368,9 +368,10 @@ def test_unit_normalisation_is_pixel_over_255_and_changes_a_run(data_dir: Path) 
 
 
 def test_the_released_protocols_settings_use_pixel_over_255_the_paper_form_mean_and_std() -> None:
+    """paper_code and smoke's devide.py column feed pixel/255; the pinned proxy keeps mean/std everywhere (its
+    pinned reading, named in its params until it is re-pinned), the paper form everywhere else."""
     root = Path(__file__).resolve().parents[1] / "pipelines" / "fedakd" / "params.yaml"
-    for profile, code_settings in (("paper_code", None), ("proxy", {"pow-code", "bcs-code", "ics-code"}),
-                                   ("smoke", {"ics-code"})):
+    for profile, code_settings in (("paper_code", None), ("paper", set()), ("proxy", set()), ("smoke", {"ics-code"})):
         suite = load_suite(root, overrides=[f"profile={profile}"])
         for setting in suite.settings:
             released = code_settings is None or setting in code_settings
@@ -441,3 +442,17 @@ def test_the_released_statistics_agree_with_ours_to_10_decimals_on_a_code_mode_r
     for ours, key in (("last3_local_acc", "avg"), ("last3_clientmax_local_acc", "max"),
                       ("last3_cfcode(standalone)_local_acc", "cf")):
         assert Statistic.model_validate(ours).compute(run, standalone) == pytest.approx(theirs[key], abs=1e-10)
+
+
+def test_the_pinned_proxy_names_its_earlier_readings_and_the_other_profiles_take_the_corrected_ones() -> None:
+    """Until the proxy is re-pinned it keeps Algorithm 2's partitions as drawn and Single-Dist ``copied`` (so no
+    pinned value moves); ``paper``, ``paper_code`` and ``smoke`` run the leak-free partitions and ``trained``."""
+    root = Path(__file__).resolve().parents[1] / "pipelines" / "fedakd" / "params.yaml"
+    for profile, reading, single_dist in (("proxy", "as_drawn", "copied"), ("paper", "held_out", "trained"),
+                                          ("paper_code", "held_out", "trained"), ("smoke", "held_out", "trained")):
+        suite = load_suite(root, overrides=[f"profile={profile}"])
+        for setting in suite.settings:
+            assert suite.partition_config(setting).partition.scheme_params.get("local_test", "held_out") == reading
+            if suite.runs_on("fedakd_single_dist", setting):
+                assert suite.config("fedakd_single_dist", setting, 0, timed=False).algorithm.params.get(
+                    "single_dist", "trained") == single_dist
