@@ -6,7 +6,7 @@ oneDNN's kernels at the AVX2 level (an AVX-512 machine otherwise rounds differen
 ``COMPATIBLE`` conditional-numerical-reproducibility branch. MKL's AVX2 branch is not enough: it runs
 other code on AMD than on Intel processors (measured: the default suite's linear layers and their
 gradients differ between an emulated EPYC and an emulated Haswell; in the COMPATIBLE branch the two
-and this project's AVX-512 Xeon agree bitwise; README "CPU kernels"). ``BENCH_CPU_KERNELS=native``
+and this project's AVX-512 Xeon agree bitwise; docs/determinism.md "CPU kernels"). ``BENCH_CPU_KERNELS=native``
 leaves the libraries to pick; variables already set are kept. The level in force is recorded in every
 run's provenance (``cpu_capability``, ``cpu_kernels``).
 

@@ -111,6 +111,12 @@ class TrainingConfig(Strict):
     divergence_factor: float | None = Field(1000.0, gt=1, description=(
         "a client's mean loss above this multiple of the run's first step loss is divergence (the run fails); "
         "null: only NaN/inf losses and parameters"))
+    on_divergence: Literal["stop", "train_on"] = Field("stop", exclude_if=lambda v: v == "stop", description=(
+        "stop: a divergence ends the run (failure.json). train_on: the run records its first divergence and "
+        "trains on to its last round, as a released code without a guard does (its NaN-then-chance curves in "
+        "curves.csv and records.csv); it still ends as failed, never with metrics.json. Only with "
+        "algorithm.mode: code where the method has modes (paper mode stops); left out of the resolved config "
+        "at its default"))
     vectorize_clients: bool = Field(False, exclude_if=lambda v: not v, description=(
         "train a round's clients together, one vmapped forward/backward per step (bench/engine/vectorized.py): "
         "for methods defined by their local_loss (FedAvg, FedProx, Standalone); equal to the serial loop to "

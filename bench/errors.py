@@ -15,5 +15,6 @@ class Diverged(RuntimeError):
     def __init__(self, round_index: int, client: int | str, reason: str = "the loss became NaN or inf") -> None:
         self.round_index = round_index
         self.client = client
+        self.reason = reason
         super().__init__(f"diverged at round {round_index} (client {client}): {reason}; lower the learning rate "
                          "or check the data")

@@ -46,6 +46,9 @@ def build_config(raw: dict[str, Any], overrides: list[str] | None = None) -> Exp
     partition = validate_params(get_partitioner(cfg.partition.scheme).params, cfg.partition.scheme_params,
                                 "partition")
     algorithm = validate_params(get_algorithm(cfg.algorithm.name).Params, cfg.algorithm.params, "algorithm")
+    if cfg.training.on_divergence == "train_on" and algorithm.get("mode") == "paper":
+        raise BenchError("invalid config: training.on_divergence: train_on reproduces a released code that trains on "
+                         "after a divergence; it needs algorithm.mode: code (paper mode stops at a divergence)")
     resolved = cfg.to_dict()
     resolved["partition"] = {k: v for k, v in resolved["partition"].items() if k not in cfg.partition.scheme_params}
     resolved["partition"].update(partition)

@@ -13,7 +13,7 @@ policy). Reported as medians over the repetitions: the checkpoint's size and the
 (``checkpoint_time_s`` over the checkpoints written), the share of the run's time checkpoints took
 (``checkpoint_time_s / process_wall_time_s``, within one run, so free of run-to-run noise), and each
 policy's whole run against the run without checkpoints (paired, same repetition). The load average
-before and after is printed with the figures; README "Nothing lost" quotes them.
+before and after is printed with the figures; docs/performance.md "Checkpoints" quotes them.
 
 Run:  uv run pytest benchmarks/test_checkpoint_cost.py --benchmark-only -s   (BENCH_REPS=n, default 3;
       BENCH_CHECKPOINT_ROUNDS=r for the shared workload's rounds)

@@ -10,7 +10,7 @@ checkout and for a base revision (before the cost was cut), as medians of paired
 
 The base revision (``BENCH_FIXED_COST_BASE``, default the commit before the fixed cost was cut) runs from
 its ``bench/`` sources extracted with ``git archive``, in this environment. ``uv run``'s own start-up
-(it re-checks the environment's bytecode on every call; README "The fixed cost of one `bench run`")
+(it re-checks the environment's bytecode on every call; docs/performance.md "The fixed cost of one `bench run`")
 comes before either process and is not in these figures.
 
 Run:  uv run pytest benchmarks/test_fixed_cost.py --benchmark-only -s     (BENCH_REPS=n, default 7)

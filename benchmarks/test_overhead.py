@@ -2,7 +2,7 @@
 batch 32: 800 optimiser steps, evaluation every round) against a bare PyTorch loop doing the same
 optimiser steps on one model and the same evaluation passes (the global test set and each client's
 local test split, forwarded at the training batch of 32). Medians of paired repetitions; target
-<= 1.05 for training, never more than 1.15 (the assertion). Measured figures: README "Speed".
+<= 1.05 for training, never more than 1.15 (the assertion). Measured figures: docs/performance.md "Speed".
 
 Not a test of correctness and never run by ``uv run pytest`` (timings belong here, not in tests/).
 

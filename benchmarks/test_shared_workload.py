@@ -17,7 +17,7 @@ repetitions (bare loop, FedAvg, FedAvg with chunking off, back to back):
   the chunking off and on.
 
 Not a test of correctness and never run by ``uv run pytest`` (timings belong here, not in tests/).
-Measured figures: README "Speed".
+Measured figures: docs/performance.md "Speed".
 
 Run:  uv run pytest benchmarks --benchmark-only -s     (BENCH_REPS=n repetitions, default 5)
 """

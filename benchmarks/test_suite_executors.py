@@ -15,7 +15,7 @@ per run.
   the cluster, and the added wall time per run against the process pool, ``(ray - processes) / 12``.
 
 Not a test of correctness (tests/test_executors.py checks bitwise equality on small runs) and never run
-by ``uv run pytest``. Measured figures: README "At scale" and docs/scale.md "What a Ray worker adds".
+by ``uv run pytest``. Measured figures: docs/performance.md "Executors" and docs/scale.md "What a Ray worker adds".
 
 Run:  uv run pytest benchmarks/test_suite_executors.py --benchmark-only -s     (BENCH_REPS=n, default 3)
 """

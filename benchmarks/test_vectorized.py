@@ -11,7 +11,7 @@ loop and the vectorised run back to back, in alternating order; reported: the me
 of the paired ratios loop / vectorised (above 1: vectorised is faster).
 
 Not a test of correctness (tests/test_vectorized.py checks the equivalence) and never run by
-``uv run pytest``. Measured figures: README "Speed".
+``uv run pytest``. Measured figures: docs/performance.md "Clients trained together".
 
 Run:  uv run pytest benchmarks/test_vectorized.py --benchmark-only -s     (BENCH_REPS=n, default 3)
 """

@@ -36,7 +36,7 @@ def clone(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A fresh clone of this repository's HEAD with the default suite's records pulled from its remote."""
     folder = tmp_path_factory.mktemp("clone") / "repo"
     subprocess.run(["git", "clone", "--quiet", str(REPO), str(folder)], check=True)
-    pulled = _run([DVC, "pull", "dvc.yaml", "pipelines/fedhkd/dvc.yaml"], folder)  # the command the README gives
+    pulled = _run([DVC, "pull", "dvc.yaml", "pipelines/fedhkd/dvc.yaml"], folder)  # the command the README and docs/integrity.md give
     assert pulled.returncode == 0, pulled.stderr
     return folder
 
@@ -160,7 +160,7 @@ def test_audit_fails_on_a_value_differing_from_its_pin_and_on_a_forged_partition
 
 @pytest.mark.slow
 def test_the_readme_quotes_the_audit_re_run_as_it_prints(clone: Path) -> None:
-    """The README's sample `--rerun` line is this command's output (issue 29 item 9: it said 108 of 108)."""
+    """The sample `--rerun` line of docs/integrity.md is this command's output (issue 29 item 9: it said 108 of 108)."""
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("readme_figures", REPO / ".ci" / "readme_figures.py")
@@ -169,7 +169,7 @@ def test_the_readme_quotes_the_audit_re_run_as_it_prints(clone: Path) -> None:
     spec.loader.exec_module(figures)
     done = bench(clone, "audit", *figures.AUDIT, "--scratch", str(clone.parent))
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr
-    assert figures.block((REPO / "README.md").read_text(), "audit") == figures.render_audit(figures.audit_line(
+    assert figures.block(figures.PAGES["audit"].read_text(), "audit") == figures.render_audit(figures.audit_line(
         done.stdout.replace(str(clone.parent), "/tmp")))
 
 

@@ -148,6 +148,55 @@ def test_cli_diverging_run_exits_1(data_dir: Path, tmp_path: Path, capsys: pytes
     assert not (tmp_path / "o" / "metrics.json").exists()
 
 
+def test_training_on_after_a_divergence_records_it_and_still_fails_the_run(data_dir: Path, tmp_path: Path) -> None:
+    """training.on_divergence: train_on (a released code's behaviour): the run trains to its last round with NaN
+    weights, keeps its curves and names the first divergence; it ends as failed, never with metrics.json."""
+    cfg = small_config(algorithm={"name": "test-nan"}, training={"on_divergence": "train_on"})
+    result = run_federation(cfg, data_dir)
+    assert (result.diverged.round_index, result.diverged.client) == (2, 3)
+    assert [row["round"] for row in result.curves] == [1, 2, 3]
+    assert np.isfinite(result.curves[0]["train_loss"]) and np.isnan(result.curves[2]["train_loss"])
+    assert np.isfinite(result.curves[2]["global_acc"])  # NaN weights still predict: a chance-level accuracy
+    out = tmp_path / "run"
+    with pytest.raises(Diverged, match=r"diverged at round 2 \(client 3\).*trained on to round 3"):
+        run_experiment(RunRequest(cfg, out, data_dir))
+    assert not (out / "metrics.json").exists()
+    assert json.loads((out / "failure.json").read_text())["status"] == "failed"
+    assert (out / "curves.csv").read_text().count("\n") == 4  # header and every round
+
+
+def test_training_on_is_left_out_of_the_resolved_config_at_its_default_and_refused_in_paper_mode() -> None:
+    assert "on_divergence" not in small_config().to_dict()["training"]
+    assert small_config(algorithm={"name": "fedhkd", "mode": "code"},
+                        training={"on_divergence": "train_on"}).training.on_divergence == "train_on"
+    with pytest.raises(BenchError, match="needs algorithm.mode: code"):
+        small_config(algorithm={"name": "fedhkd"}, training={"on_divergence": "train_on"})
+
+
+def test_a_run_that_trains_on_resumes_with_its_divergence(data_dir: Path, tmp_path: Path) -> None:
+    """Killed after its divergence and resumed, a run that trains on still names the round it diverged."""
+    from bench.runner.checkpoint import EVERY_ROUND
+
+    class Killed(Exception):
+        pass
+
+    def kill_after_round_2(t: int, row: dict[str, float]) -> None:
+        if t == 2:
+            raise Killed
+
+    cfg = small_config(algorithm={"name": "test-nan"}, training={"on_divergence": "train_on"})
+    out = tmp_path / "cut"
+    with pytest.raises(Killed):
+        run_experiment(RunRequest(cfg, out, data_dir, checkpoint=EVERY_ROUND), progress=kill_after_round_2)
+    said: list[str] = []
+    with pytest.raises(Diverged, match=r"diverged at round 2 \(client 3\)"):
+        run_experiment(RunRequest(cfg, out, data_dir, checkpoint=EVERY_ROUND), say=said.append)
+    assert said and said[-1].startswith(f"resuming {out} after round 2")
+    with pytest.raises(Diverged):
+        run_experiment(RunRequest(cfg, tmp_path / "whole", data_dir))
+    assert (out / "curves.csv").read_bytes() == (tmp_path / "whole" / "curves.csv").read_bytes()
+
+
 def test_run_records_provenance_and_mlflow(data_dir: Path, tmp_path: Path) -> None:
     import mlflow
 

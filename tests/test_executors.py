@@ -15,7 +15,7 @@ import pytest
 
 from bench.errors import BenchError
 from bench.runner.checkpoint import EVERY_ROUND
-from bench.runner.executor import Executor, RunRequest
+from bench.runner.executor import Executor, RunRequest, listen
 from bench.runner.parallel import run_many
 from tests.conftest import small_config
 
@@ -148,3 +148,20 @@ def test_concurrent_runs_into_a_shared_mlflow_server_lose_nothing(data_dir: Path
     finally:
         os.killpg(server.pid, signal.SIGTERM)
         server.wait(timeout=30)
+
+
+def test_the_round_listener_stops_quietly_when_the_queue_manager_is_gone() -> None:
+    """Ctrl-C ends the queue's manager process with the suite: the listener then stops without a traceback,
+    having passed on every round it heard before."""
+    heard: list[tuple[int, object]] = []
+
+    class DeadManagerQueue:
+        items = [(0, "round 1"), (1, "round 1")]
+
+        def get(self) -> object:
+            if self.items:
+                return self.items.pop(0)
+            raise EOFError
+
+    listen(DeadManagerQueue(), lambda index, rnd: heard.append((index, rnd)))
+    assert heard == [(0, "round 1"), (1, "round 1")]

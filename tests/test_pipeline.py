@@ -75,7 +75,7 @@ def test_dvc_repro_report_pin_compare(project: Path) -> None:
 
     again = run_dvc(project, "repro")
     assert again.returncode == 0 and "Data and pipelines are up to date" in again.stdout
-    status = run_dvc(project, "status", "dvc.yaml")  # what the README tells to check
+    status = run_dvc(project, "status", "dvc.yaml")  # what docs/running.md tells to check
     assert status.returncode == 0 and "Data and pipelines are up to date" in status.stdout, status.stdout
 
     pinned_path = project / "reports" / "pinned" / "default.json"

@@ -26,8 +26,9 @@ is first used in round 2, as in the code). λ, γ, T, σ, ζ, ν keep the paper'
 2022 scripts used λ = γ = 0.1, §3.9). The code's other differences live in the run config, not here:
 constant lr (A6, ``training.lr_decay.every: null`` vs 10), clipping 1.1 (A11, ``training.grad_clip``),
 ``drop_last`` loaders and its partition (A8), its batch-averaged accuracies (§3.7,
-``evaluation.accuracy: batches``) and its ``Normalize(0.5, 0.5)`` inputs (§5.1, ``dataset.normalize:
-half``). The optional coordinate clipping of h for rigorous DP (§3.3 (a)) is not implemented; the paper
+``evaluation.accuracy: batches``), its ``Normalize(0.5, 0.5)`` inputs (§5.1, ``dataset.normalize:
+half``) and its training on with NaN weights after a NaN loss (``training.on_divergence: train_on``; the run
+still ends as diverged). The optional coordinate clipping of h for rigorous DP (§3.3 (a)) is not implemented; the paper
 does not clip.
 """
 from __future__ import annotations

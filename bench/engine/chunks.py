@@ -23,7 +23,7 @@ ACTIVATION_BUDGET = MMAP_THRESHOLD_BYTES // 4
 """Bytes the largest single activation of one evaluation chunk may take on the CPU: a quarter of the mmap
 threshold, leaving room for the temporaries a kernel allocates beside its output. On FedAvgCNN (72 KiB
 a sample: chunks of 113) three sweeps here put a quarter and a half of the threshold within 1 % of each
-other, 0.88-0.91x the time of a bare forward at batch 32; chunks of 1024 took 1.19-1.25x (README "Speed")."""
+other, 0.88-0.91x the time of a bare forward at batch 32; chunks of 1024 took 1.19-1.25x (docs/performance.md "Speed")."""
 
 _PEAK: weakref.WeakKeyDictionary[nn.Module, dict[tuple[tuple[int, ...], torch.dtype], int]] = (
     weakref.WeakKeyDictionary())

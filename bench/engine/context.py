@@ -43,8 +43,10 @@ class Context:
 
     @cached_property
     def loss_guard(self) -> LossGuard:
-        """The run's divergence guard for client training losses (``training.divergence_factor``)."""
-        return LossGuard(self.config.training.divergence_factor)
+        """The run's divergence guard for client training losses (``training.divergence_factor``,
+        ``training.on_divergence``)."""
+        training = self.config.training
+        return LossGuard(training.divergence_factor, train_on=training.on_divergence == "train_on")
 
     @cached_property
     def architectures(self) -> list[str]:

@@ -55,19 +55,33 @@ def apply_step(loss: torch.Tensor | None, optimizer: torch.optim.Optimizer, para
 class LossGuard:
     """Divergence beyond NaN: a loop whose mean loss exceeds ``factor`` times the *reference* — the
     loss of the run's very first step, before any update — has exploded (an lr of 1e6 gives CE losses
-    of 1e26 that stay finite). One guard per run and per kind of loss; ``factor`` None: NaN/inf only."""
+    of 1e26 that stay finite). One guard per run and per kind of loss; ``factor`` None: NaN/inf only.
+
+    A divergence stops the run (raises :class:`~bench.errors.Diverged`); with ``train_on``
+    (``training.on_divergence: train_on``) the guard keeps the run's first one in ``diverged`` and the run
+    trains on, NaN weights and all, as a released code without a guard does."""
 
     factor: float | None
     reference: float | None = None
+    train_on: bool = False
+    diverged: Diverged | None = None
 
     def check(self, first: float, mean: float, round_index: int, who: int | str) -> None:
         if mean != mean or mean in (float("inf"), float("-inf")):
-            raise Diverged(round_index, who)
+            self.diverge(Diverged(round_index, who))
+            return
         if self.reference is None:
             self.reference = abs(first)
         if self.factor is not None and abs(mean) > self.factor * max(self.reference, 1e-12):
-            raise Diverged(round_index, who, f"the mean loss {mean:.4g} exceeds {self.factor:g} x the first step's "
-                                             f"{self.reference:.4g} (training.divergence_factor)")
+            self.diverge(Diverged(round_index, who, f"the mean loss {mean:.4g} exceeds {self.factor:g} x the first "
+                                                    f"step's {self.reference:.4g} (training.divergence_factor)"))
+
+    def diverge(self, divergence: Diverged) -> None:
+        """Raise ``divergence``; with ``train_on``, keep it if it is the run's first, and return."""
+        if not self.train_on:
+            raise divergence
+        if self.diverged is None:
+            self.diverged = divergence
 
 
 @dataclass

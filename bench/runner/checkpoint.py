@@ -79,6 +79,8 @@ class Checkpoint:
     records: list[Record]
     timing: dict[str, float] = field(default_factory=dict)
     loss_reference: float | None = None  # the divergence guard's reference (the run's first step loss)
+    divergence: tuple[int, int | str, str] | None = None  # training.on_divergence: train_on: the first one's
+    # round, who, reason
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from bench.config import ExperimentConfig
 from bench.runner.checkpoint import CheckpointPolicy, Checkpoints, Say, remove_checkpoint
 from bench.runner.federation import ProgressFn, run_federation
 from bench.errors import BenchError, Diverged
-from bench.tracking import clear_run, log_mlflow, write_failure, write_run
+from bench.tracking import clear_run, log_mlflow, write_curves, write_failure, write_run
 
 
 @dataclass(frozen=True)
@@ -77,7 +77,8 @@ def run_experiment(request: RunRequest, progress: ProgressFn | None = None, mlfl
     The folder is held for the run (:func:`run_folder`). A run whose folder holds a checkpoint of the
     same run resumes from it, and says so with ``say`` (one line; so is a checkpoint refused). A
     diverged run writes ``failure.json`` (never ``metrics.json``), is marked FAILED in MLflow and
-    re-raises :class:`Diverged`."""
+    re-raises :class:`Diverged`; one that trained on after its divergence (``training.on_divergence: train_on``)
+    also keeps its curves (``write_curves``), and its failure.json says so."""
     cfg = request.config
     log = mlflow and cfg.tracking.mlflow
     with run_folder(request.out_dir) as out:
@@ -85,6 +86,11 @@ def run_experiment(request: RunRequest, progress: ProgressFn | None = None, mlfl
         checkpoints = Checkpoints(out, request.checkpoint, say) if request.checkpoint.every else None
         try:
             result = run_federation(cfg, request.data_dir, request.partition_dir, progress, checkpoints)
+            if result.diverged is not None:
+                write_curves(result, out)
+                raise Diverged(result.diverged.round_index, result.diverged.client,
+                               f"{result.diverged.reason}; trained on to round {cfg.training.rounds} "
+                               "(training.on_divergence: train_on; curves.csv and records.csv hold every round)")
         except Diverged as exc:
             write_failure(out, cfg, str(exc))
             remove_checkpoint(out)
@@ -148,6 +154,10 @@ class Executor:
 
 
 def listen(rounds: Any, on_round: RoundFn) -> None:
-    """Call ``on_round`` for every ``(index, round)`` a queue hears, until it hears None."""
-    while (item := rounds.get()) is not None:
-        on_round(*item)
+    """Call ``on_round`` for every ``(index, round)`` a queue hears, until it hears None or its manager
+    process is gone (Ctrl-C stops the manager with the suite; the suite then says "interrupted" alone)."""
+    try:
+        while (item := rounds.get()) is not None:
+            on_round(*item)
+    except (EOFError, ConnectionError):
+        return

@@ -57,6 +57,7 @@ class RunResult:
     device: str
     architectures: list[str]
     state: RunState
+    diverged: Diverged | None = None  # training.on_divergence: train_on: the run's first divergence; it trained on
 
     def summary(self) -> dict[str, Any]:
         """Final-round value, mean of the last 5 rounds and (secondary) best over rounds per metric."""
@@ -312,6 +313,8 @@ def run_federation(config: ExperimentConfig, data_dir: str | Path | None = None,
             client.model, client.optimizer, client.state = snapshot.model, snapshot.optimizer, snapshot.state
         curves, records, timing = resumed.curves, resumed.records, {**timing, **resumed.timing}
         ctx.loss_guard.reference = resumed.loss_reference
+        if resumed.divergence is not None:
+            ctx.loss_guard.diverged = Diverged(*resumed.divergence)
         start_round = resumed.round + 1
         timing["resumed_from_round"] = resumed.round
     before = dict(timing)  # the earlier processes' sums
@@ -329,7 +332,10 @@ def run_federation(config: ExperimentConfig, data_dir: str | Path | None = None,
         selected = [clients[c] for c in sample_clients(config, t)]
         ledger = Ledger()  # the round's communication
         row: dict[str, float] = {"round": t, **run_round(algorithm, t, server, selected, ledger)}
-        check_parameters(t, server, selected)
+        try:
+            check_parameters(t, server, selected)
+        except Diverged as divergence:
+            ctx.loss_guard.diverge(divergence)  # raises it unless the run trains on
         timing["train_time_s"] += time.perf_counter() - tick
         records += [(t, k, None, float(v)) for k, v in row.items() if k != "round"]
         records += [(t, k, None, v) for k, v in ledger.take().items()]  # bytes up and down (records only)
@@ -345,9 +351,14 @@ def run_federation(config: ExperimentConfig, data_dir: str | Path | None = None,
         if checkpoints is not None and t < config.training.rounds:
             timing["checkpoint_time_s"] += checkpoints.after_round(t, lambda: Checkpoint(
                 identity, t, server, [ClientSnapshot(c.model, c.optimizer, c.state) for c in clients], curves, records,
-                {**timing, **elapsed()}, ctx.loss_guard.reference))
+                {**timing, **elapsed()}, ctx.loss_guard.reference, divergence_of(ctx.loss_guard.diverged)))
         if progress is not None:
             progress(t, row)
     timing.update(elapsed())
     return RunResult(config, data.sha256, partition.sha256, curves, records, timing, str(device), ctx.architectures,
-                     RunState(partition, algorithm, server, clients))
+                     RunState(partition, algorithm, server, clients), ctx.loss_guard.diverged)
+
+
+def divergence_of(diverged: Diverged | None) -> tuple[int, int | str, str] | None:
+    """A divergence as a checkpoint keeps it: round, who, reason."""
+    return None if diverged is None else (diverged.round_index, diverged.client, diverged.reason)

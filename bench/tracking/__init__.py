@@ -114,9 +114,7 @@ def write_run(result: Any, out_dir: str | Path) -> Path:
     gives it bitwise."""
     out = Path(out_dir)
     cfg = result.config
-    write_text(out / "config.yaml", yaml.safe_dump(cfg.to_dict(), sort_keys=True))
-    write_text(out / "curves.csv", curves_csv(result.curves))
-    write_text(out / "records.csv", records_csv(result.records))
+    write_curves(result, out)
     write_json(out / "provenance.json", provenance(result))
     write_json(out / "timing.json", result.timing)
     if cfg.tracking.save_model and result.state.server.model is not None:
@@ -129,6 +127,15 @@ def write_run(result: Any, out_dir: str | Path) -> Path:
                                       "algorithm": cfg.algorithm.name, "rounds": cfg.training.rounds,
                                       **result.summary()})
     return out
+
+
+def write_curves(result: Any, out_dir: str | Path) -> None:
+    """config.yaml, curves.csv and records.csv: a run's values round by round (a finished run's, or one that
+    diverged and trained on, ``training.on_divergence: train_on``)."""
+    out = Path(out_dir)
+    write_text(out / "config.yaml", yaml.safe_dump(result.config.to_dict(), sort_keys=True))
+    write_text(out / "curves.csv", curves_csv(result.curves))
+    write_text(out / "records.csv", records_csv(result.records))
 
 
 def write_failure(out_dir: str | Path, config: Any, reason: str) -> None:
