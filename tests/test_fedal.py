@@ -1,6 +1,7 @@
 """FedAL (pipelines/fedal/NOTES.md §2): each loss term against a hand computation, the split-gradient equivalence
 (§2.4 check 1), the reductions to FedMD-LF and FedMD (check 2), the communication it counts (check 3),
-lockstep public batches, the architecture draw, and resume with the discriminator and snapshots."""
+lockstep public batches, the architecture draw, resume with the discriminator and snapshots, the direction of the
+game (clients descend their payoff) and the moment each stage freezes its snapshot."""
 from __future__ import annotations
 
 import math
@@ -213,8 +214,127 @@ def test_architecture_assignment_is_a_seeded_draw_recorded_with_the_run() -> Non
 
 
 @pytest.mark.parametrize("algorithm", [
-    {"name": "fedal"}, {"name": "fedal", "disc_optimizer": "sgd", "teacher": "all"},
-], ids=["fedal", "fedal-sgd-all"])
+    {"name": "fedal"}, {"name": "fedal", "disc_optimizer": "adam", "snapshot_mode": "eval", "teacher": "all"},
+], ids=["fedal", "fedal-adam-eval-all"])
 def test_a_resumed_fedal_run_equals_an_uninterrupted_one(algorithm: dict, data_dir: Path, tmp_path: Path) -> None:
     """The discriminator, its optimiser, the snapshots and the clients' Adam states are checkpointed."""
     assert_resumes_bitwise(fedal_config(algorithm=algorithm, training={"rounds": 4}), data_dir, tmp_path)
+
+
+# -- the direction of the game and the snapshots' moments ---------------------------------------------
+
+
+def _states_equal(a: nn.Module, b: nn.Module) -> bool:
+    sa, sb = a.state_dict(), b.state_dict()
+    return sa.keys() == sb.keys() and all(torch.equal(sa[k], sb[k]) for k in sa)
+
+
+def test_clients_descend_their_payoff_the_adversarial_term_enters_v_glo_with_a_plus_sign() -> None:
+    """Eqs. (18), (21): V_glo = … + U_n and clients minimise it, so the gradient of a client's global loss in its
+    logits is +W_ADV·∂U_n/∂f_n (the server's vector as sent): the client moves to fool the discriminator, never
+    to help it. With the KD and r_glo terms off the gradient is that vector alone; one small step on it lowers
+    U_n under the discriminator that computed it."""
+    from bench.algorithms.fedal import TeacherReply
+    from bench.algorithms.knowledge_transfer import PublicOutputs
+    from bench.engine.loop import Step
+
+    result = run_federation(fedal_config(algorithm={"name": "fedal", "kd_weight": 0.0, "lf_global_weight": 0.0,
+                                                    "adv_weight": 0.5}, training={"rounds": 1}))
+    algorithm = result.state.algorithm
+    discriminator = result.state.server.state.discriminator
+    x = result.state.algorithm.ctx.public_x[:8]
+    logits = torch.stack([c.model(x)[1].detach() for c in result.state.clients])  # N × B × K
+    targets = torch.arange(len(result.state.clients))
+    gradients, before = adversarial_gradients(discriminator, logits, targets, 2.0)
+    own = logits[0].clone().requires_grad_(True)
+    reply = TeacherReply(logits.mean(0), gradients[0], len(targets))
+    loss = algorithm.transfer_loss(Step(1, 0), result.state.clients[0], x, PublicOutputs(own, own), reply)
+    (grad,) = torch.autograd.grad(loss, own)
+    assert torch.allclose(grad, 0.5 * gradients[0], atol=1e-7)
+    stepped = logits.clone()
+    stepped[0] = own.detach() - 10.0 * grad
+    assert payoffs(discriminator, stepped, targets, 2.0)[0] < before[0]
+
+
+@pytest.mark.parametrize("snapshot_mode", ["train", "eval"])
+def test_each_stage_freezes_the_model_it_starts_from(snapshot_mode: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Algorithm 1: r_loc is measured from θ_n^{t,0}, the model at the local stage's start, and r_glo from
+    θ_n^{t+½,0} = θ_n^{t,τ}, the model local training produced (line 7), refreshed at every stage of every
+    round, in the BatchNorm mode ``snapshot_mode`` asks for."""
+    from bench.algorithms.fedal import FedAL
+
+    checked: list[tuple[str, int]] = []
+
+    def check(stage: str, method):  # type: ignore[no-untyped-def]
+        def wrapped(self, round_index, client):  # type: ignore[no-untyped-def]
+            out = method(self, round_index, client)
+            assert _states_equal(client.state.snapshot, client.model), (stage, round_index, client.cid)
+            assert client.state.snapshot.training == (snapshot_mode == "train")
+            checked.append((stage, round_index))
+            return out
+        return wrapped
+
+    monkeypatch.setattr(FedAL, "before_local", check("local", FedAL.before_local))
+    monkeypatch.setattr(FedAL, "start_public", check("global", FedAL.start_public))
+    run_federation(fedal_config(algorithm={"name": "fedal", "snapshot_mode": snapshot_mode}))
+    assert set(checked) == {(s, r) for r in (1, 2, 3) for s in ("global", "local")}
+
+
+# -- the paper's readings by default, the pinned proxy's kept ------------------------------------------
+
+
+def test_defaults_are_the_papers_sgd_discriminator_and_train_mode_snapshots() -> None:
+    """A8: the server updates w "according to SGD" (Algorithm 1 line 13, a plain ascent step); A5: the snapshots
+    are the models θ^{t,0}, θ^{t+½,0} themselves, computing as the live model does (train mode). FedDF-AL and
+    the ablations inherit both."""
+    from bench.algorithms.fedal import FedALParams, FedMDLFParams, discriminator_state
+    from bench.algorithms.feddf_al import FedDFALParams
+
+    for params in (FedALParams(), FedMDLFParams(), FedDFALParams()):
+        assert (params.disc_optimizer, params.snapshot_mode) == ("sgd", "train")
+    result = run_federation(fedal_config(training={"rounds": 1}))
+    optimizer = result.state.server.state.optimizer
+    assert type(optimizer) is torch.optim.SGD and optimizer.defaults["lr"] == 1e-4
+    assert optimizer.defaults["momentum"] == 0 and optimizer.defaults["weight_decay"] == 0
+    assert all(c.state.snapshot.training for c in result.state.clients)
+    adam = discriminator_state(result.state.algorithm.ctx, FedALParams(disc_optimizer="adam"), 4)
+    assert type(adam.optimizer) is torch.optim.Adam
+
+
+def test_a_train_mode_snapshot_makes_the_regulariser_zero_at_a_stages_first_step() -> None:
+    """With BatchNorm, a snapshot in train mode gives exactly the live model's outputs on the stage's first batch,
+    so r = 𝒦(ψ(f(x; θ^{·,0})) ‖ ψ(f(x; θ))) = 0 there (up to rounding in the KL), as eqs. (13)-(14) have it at θ = θ^{·,0}; in eval mode it
+    uses running statistics the batch does not have, and r > 0 before the model has moved (issue 26 item 3)."""
+    from bench.engine.snapshots import refresh_snapshot
+
+    model = build_model("cnn", (1, 8, 8), K, seed=0)
+    x = torch.randn(16, 1, 8, 8, generator=torch.Generator().manual_seed(1))
+    model.train()
+    for _ in range(3):  # the running statistics move away from their initial values
+        model(x + 1.0)
+    assert any(isinstance(m, nn.BatchNorm2d) for m in model.modules())
+    logits = model(x)[1]
+    for mode, zero in (("train", True), ("eval", False)):
+        snapshot = refresh_snapshot(None, model, mode)
+        with torch.no_grad():
+            frozen = snapshot(x)[1]
+        value = lf_loss(logits, frozen, 1.0).item()
+        assert torch.equal(frozen, logits.detach()) == zero, mode
+        assert (abs(value) < 1e-6) if zero else (value > 1e-4), (mode, value)
+
+
+def test_the_pinned_proxy_keeps_the_readings_it_was_pinned_with() -> None:
+    """pipelines/fedal/params.yaml's proxy profile names Adam and eval-mode snapshots for the FedAL family, so every
+    pinned run's config (and its hash) is what the suite makes today, the new defaults notwithstanding."""
+    import json
+
+    from bench.suites import load_suite
+
+    root = Path(__file__).resolve().parents[1] / "pipelines" / "fedal"
+    suite = load_suite(root / "params.yaml", overrides=["profile=proxy"])
+    pinned = json.loads((root / "reports" / "pinned" / "fedal-proxy.json").read_text())["values"]
+    hashes = {(m, s, int(seed)): run["config_sha256"] for m, cells in pinned.items()
+              for s, cell in cells.items() for seed, run in cell["seeds"].items()}
+    assert {"fedal", "fedmd_lf", "fedmd_fedal", "feddf_al"} <= {m for m, _, _ in hashes}
+    assert all(suite.config(*key).sha256 == sha for key, sha in hashes.items())
+    assert suite.config("fedal", "het-a2", 0).algorithm.params["disc_optimizer"] == "adam"

@@ -69,6 +69,61 @@ def test_fccl_public_step_is_a_fresh_adam_and_pretraining_anneals() -> None:
     assert [cosine_lr(e, 4, 1e-3, 1e-6) for e in (0, 2)] == pytest.approx([1e-3, (1e-3 + 1e-6) / 2])
 
 
+@pytest.mark.parametrize("public_pass, batches", [("tau", 1), ("epoch", 4)])
+def test_fccl_public_stage_is_tau_batches_or_one_pass_over_the_public_set(public_pass: str, batches: int,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """``public_pass: tau`` (FedAL's lockstep stage): τ = 1 public batch a round; ``epoch`` (the authors' code,
+    ``col_update`` over the whole public loader): every public image once a round (64 images, batches of 16)."""
+    from bench.algorithms.knowledge_transfer import KnowledgeTransfer
+
+    seen: list[torch.Tensor] = []
+    original = KnowledgeTransfer.forward_public
+
+    def spy(self, client, x):  # type: ignore[no-untyped-def]
+        if client.cid == 0:
+            seen.append(x.clone())
+        return original(self, client, x)
+
+    monkeypatch.setattr(KnowledgeTransfer, "forward_public", spy)
+    result = run_federation(fedal_config(algorithm={"name": "fccl", "pretrain_epochs": 1, "public_pass": public_pass},
+                                         training={"rounds": 2, "local_steps": 1}))
+    assert len(seen) == 2 * batches
+    public = result.state.algorithm.ctx.public_x
+    if public_pass == "epoch":
+        for r in range(2):
+            rows = torch.cat(seen[r * batches:(r + 1) * batches])
+            assert sorted(row.numpy().tobytes() for row in rows) == sorted(row.numpy().tobytes() for row in public)
+
+
+@pytest.mark.parametrize("budget, cap", [("run", 3), ("epochs", None)])
+def test_fccl_pretraining_is_capped_at_the_runs_local_budget_or_runs_all_its_epochs(
+        budget: str, cap: int | None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``pretrain_budget: run``: at most rounds × τ steps (3 × 1); ``epochs`` (the authors' code): every step of
+    its epochs, here 2 passes over each client's data in batches of 16."""
+    import bench.algorithms.fccl as fccl
+
+    counted: dict[str, int] = {}
+
+    class Counting(fccl.Loop):  # type: ignore[misc]
+        def run(self, batches, step_fn):  # type: ignore[no-untyped-def]
+            batches = list(batches)
+            if "pre-training" in str(self.who):
+                counted[str(self.who)] = counted.get(str(self.who), 0) + len(batches)
+            return super().run(batches, step_fn)
+
+    monkeypatch.setattr(fccl, "Loop", Counting)
+    result = run_federation(fedal_config(algorithm={"name": "fccl", "pretrain_epochs": 2, "pretrain_budget": budget},
+                                         training={"rounds": 3, "local_steps": 1}))
+    epochs = {f"{c.cid} (pre-training)": 2 * (c.data.num_samples // 16) for c in result.state.clients}
+    assert min(epochs.values()) > 3
+    assert counted == {who: steps if cap is None else min(cap, steps) for who, steps in epochs.items()}
+
+
+def test_fccl_refuses_two_public_step_counts() -> None:
+    with pytest.raises(BenchError, match="global_steps and public_pass: epoch"):
+        run_federation(fedal_config(algorithm={"name": "fccl", "public_pass": "epoch", "global_steps": 2}))
+
+
 def test_fd_targets_by_hand() -> None:
     """Per-label mean logits; the leave-one-out over the clients holding a label: clients A, B hold label 0
     with means [2, 0] and [4, 0], only A holds label 1 → G_0 = [3, 0] (|S_0| = 2), so A's target for label 0
@@ -116,6 +171,57 @@ def test_feddf_teacher_is_the_mean_of_the_received_models() -> None:
     expected = torch.stack([c.model.eval()(x)[1] for c in clients]).mean(0)
     assert torch.allclose(algorithm.ensemble_logits(server, updates, x), expected, atol=1e-6)
     assert len(server.state.models) == 2 and server.model is None  # two groups (CNN, MLP): no single global model
+
+
+def test_feddf_al_without_its_adversarial_and_less_forgetting_terms_is_feddf() -> None:
+    """FedDF-AL's reading (pipelines/fedal/NOTES.md §3.2.8, a design of ours): FedDF's groups, averaging and ensemble
+    teacher, with FedAL's terms added, so with W_ADV = W_LFL = W_LFG = 0 it is FedDF bit for bit; with them it is
+    not (the equality is not vacuous)."""
+    common = {"training": {"rounds": 2, "local_steps": 2}}
+    runs = {}
+    for key, algorithm in (("feddf", {"name": "feddf", "distill_steps": 2}),
+                           ("bare", {"name": "feddf_al", "distill_steps": 2, "adv_weight": 0.0,
+                                     "lf_local_weight": 0.0, "lf_global_weight": 0.0}),
+                           ("feddf_al", {"name": "feddf_al", "distill_steps": 2})):
+        result = run_federation(fedal_config(algorithm=algorithm, **common))
+        runs[key] = [(r, m, c, v) for r, m, c, v in result.records if m in ("client_global_acc", "train_loss")]
+    assert runs["bare"] == runs["feddf"]
+    assert runs["feddf_al"] != runs["feddf"]
+
+
+def test_feddf_al_discriminator_tells_the_architecture_groups_apart(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The game is played by the G group students after averaging, not by the N clients: a G-way discriminator
+    (CNN and MLP: 2 outputs for 4 clients), fed each student's logits on the distillation batch, a student's class
+    its group's index among the sorted architectures; one discriminator step per distillation step."""
+    import bench.algorithms.feddf_al as feddf_al
+
+    seen: list[tuple[tuple[int, ...], list[int]]] = []
+    original = feddf_al.discriminator_round
+
+    def spy(state, round_index, logits, targets, temperature):  # type: ignore[no-untyped-def]
+        seen.append((tuple(logits.shape), targets.tolist()))
+        return original(state, round_index, logits, targets, temperature)
+
+    monkeypatch.setattr(feddf_al, "discriminator_round", spy)
+    result = run_federation(fedal_config(algorithm={"name": "feddf_al", "distill_steps": 3},
+                                         training={"rounds": 2, "local_steps": 1}))
+    discriminator = result.state.server.state.discriminator
+    assert discriminator.classifier.out_features == 2 and len(result.state.clients) == 4
+    assert seen == [((2, 16, 10), [0, 1])] * 2 * 3  # groups sorted: cnn 0, mlp 1; B = 16, K = 10
+
+
+def test_the_fedal_report_says_feddf_al_is_a_design_of_ours() -> None:
+    """Wherever FedDF-AL has rows, the report says its design is ours (the paper gives τ and E_adv only)."""
+    from bench.suites import load_suite
+    from bench.suites.plugins import import_paper_module
+
+    params = Path(__file__).resolve().parents[1] / "pipelines" / "fedal" / "params.yaml"
+    paper = import_paper_module(params.with_name("paper.py")).PAPER
+    suite = load_suite(params, overrides=["profile=proxy"])
+    [section] = paper.sections(suite, paper.printed())
+    assert "design of ours" in section.title and "τ = 15 and E_adv = 2" in section.note
+    from types import SimpleNamespace
+    assert paper.sections(SimpleNamespace(methods=["fedal", "fedmd_fedal"]), paper.printed()) == []
 
 
 def test_fedproto_fedal_needs_one_feature_dimension() -> None:

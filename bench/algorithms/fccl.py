@@ -4,9 +4,10 @@ WenkeHuang/FCCL, ``fccl+/models/fccl.py`` and ``utils/training.py``, read for th
 
 * **Intra-domain pre-training** (once, at a client's first round): the client's model trains on its
   private data alone for ``pretrain_epochs`` = 50 epochs, Adam (``pretrain_lr`` 1e-3) with the learning
-  rate cosine-annealed per epoch to 1e-6, capped at ``pretrain_steps`` steps (None: the run's local budget,
-  rounds × τ: the spec's "min(50 epochs, the equivalent of the run's local budget)"). The client starts
-  from it; a frozen copy is θ^intra, and another is θ^inter (the official ``ini``).
+  rate cosine-annealed per epoch to 1e-6. ``pretrain_budget: run`` caps it at the run's local budget, rounds × τ
+  steps, min(50 epochs, the run's own local training); ``epochs`` runs all 50 (the authors' code);
+  ``pretrain_steps`` caps it at a number of steps. The client starts from it; a frozen copy is θ^intra, and
+  another is θ^inter (the official ``ini``).
 * **Collaborative update** on public data, first in each round (the official order ``col_update`` then
   ``loc_update``): per lockstep public batch, each client uploads its logits Z_n (B × K), the server
   returns their mean Z̄ over **all** clients, and the client minimises the cross-correlation loss
@@ -23,8 +24,12 @@ WenkeHuang/FCCL, ``fccl+/models/fccl.py`` and ``utils/training.py``, read for th
 
 Readings: τ = 1 alternation with batch 32, like FedMD (§3.2.4 [ASSUMPTION]); the frozen teachers run in
 ``teacher_mode: train`` as in the official code (deep copies of train-mode networks, never put in eval
-mode; ``eval`` uses their running statistics). Not reproduced: the official linear decay of both
-learning rates by (1 − 0.9·round/R), and its one public epoch per round (here τ batches).
+mode; ``eval`` uses their running statistics). Where FCCL's own protocol and FedAL's comparison differ, both are
+options and the default is FedAL's comparison, which counts iterations (one local step each) and draws FCCL at
+FedMD's upstream volume in Fig. 11: ``public_pass: tau`` (τ lockstep public batches a round; ``epoch``: one pass
+over the public set, as the authors' code does every round) and ``pretrain_budget: run`` (above; ``epochs``: the
+code's full 50 epochs). Not reproduced: the official linear decay of both learning rates by (1 − 0.9·round/R) and
+its 20 local epochs per round (here τ steps).
 """
 from __future__ import annotations
 
@@ -34,7 +39,7 @@ from typing import Literal
 
 import torch
 import torch.nn.functional as F
-from pydantic import Field
+from pydantic import Field, model_validator
 from torch import nn
 
 from bench.algorithms import register_algorithm
@@ -56,11 +61,25 @@ class CollaborativeParams(TransferParams):
                                                                                 "(official) or the client's own")
     public_lr: float = Field(1e-3, gt=0, description="learning rate of the fresh public-step Adam")
     teacher_mode: Literal["train", "eval"] = Field("train", description="BatchNorm mode of the frozen teachers")
+    public_pass: Literal["tau", "epoch"] = Field("tau", exclude_if=lambda v: v == "tau", description=(
+        "public batches per round: τ, the lockstep stage of FedAL's protocol (one per iteration, as FedMD's), or "
+        "one pass over the public set (the authors' code); left out of the resolved config at its default, so "
+        "the runs from before it keep their hash"))
+
+    @model_validator(mode="after")
+    def _one_public_budget(self) -> CollaborativeParams:
+        if self.public_pass == "epoch" and self.global_steps is not None:
+            raise ValueError("global_steps and public_pass: epoch both set the public steps per round: drop one")
+        return self
 
 
 class FCCLParams(CollaborativeParams):
     pretrain_epochs: int = Field(50, ge=0, description="intra-domain pre-training epochs (0: none)")
-    pretrain_steps: int | None = Field(None, ge=1, description="cap on pre-training steps; None: rounds × τ")
+    pretrain_budget: Literal["run", "epochs"] = Field("run", exclude_if=lambda v: v == "run", description=(
+        "run: pre-training capped at the run's local budget, rounds × τ steps; epochs: all pretrain_epochs "
+        "(the authors' code); left out of the resolved config at its default, so the runs from before it keep "
+        "their hash"))
+    pretrain_steps: int | None = Field(None, ge=1, description="cap on pre-training steps; None: pretrain_budget's")
     pretrain_lr: float = Field(1e-3, gt=0)
     pretrain_min_lr: float = Field(1e-6, ge=0, description="the cosine schedule's floor")
 
@@ -120,6 +139,13 @@ class Collaborative(KnowledgeTransfer[FCCLClient, NoState, UploadT, ReplyT]):
         """The client's first round: its frozen teachers."""
         raise NotImplementedError
 
+    @property
+    def global_steps(self) -> int:
+        """τ public batches a round, or (``public_pass: epoch``) the batches of one pass over the public set."""
+        if self.params.public_pass == "epoch":
+            return self.ctx.shared_public(self.params.public_batch_size, "transfer").batches_per_epoch
+        return super().global_steps
+
     def start_public(self, round_index: int, client: Client[FCCLClient]) -> Loop:
         """:meth:`start` at the client's first round; then its loop for the public steps: a fresh Adam per step
         (official) or its own optimiser."""
@@ -152,9 +178,10 @@ class FCCL(Collaborative[LogitsUpload, MeanLogits]):
 
     def pretrain(self, round_index: int, client: Client[FCCLClient]) -> None:
         """``pretrain_epochs`` of CE on private data with a cosine-annealed fresh Adam, at most
-        ``pretrain_steps`` steps (stream ``("fccl-pretrain", cid)``)."""
+        ``pretrain_steps`` steps (None: rounds × τ with ``pretrain_budget: run``, no cap with ``epochs``; stream
+        ``("fccl-pretrain", cid)``)."""
         p, train = self.params, self.ctx.config.training
-        cap = p.pretrain_steps or train.rounds * self.local_steps
+        cap = p.pretrain_steps or (train.rounds * self.local_steps if p.pretrain_budget == "run" else None)
         optimizer = torch.optim.Adam(client.model.parameters(), lr=p.pretrain_lr)
         loop = Loop(optimizer, list(client.model.parameters()), round_index, f"{client.cid} (pre-training)",
                     guard=self.ctx.loss_guard)
@@ -162,12 +189,12 @@ class FCCL(Collaborative[LogitsUpload, MeanLogits]):
         data, done = client.data, 0
         client.model.train()
         for epoch in range(p.pretrain_epochs):
-            if done >= cap:
+            if cap is not None and done >= cap:
                 break
             for group in optimizer.param_groups:
                 group["lr"] = cosine_lr(epoch, p.pretrain_epochs, p.pretrain_lr, p.pretrain_min_lr)
             batches = list(epoch_batches(data.num_samples, train.batch_size, train.drop_last, rng, self.ctx.device,
-                                         epochs=1))[:cap - done]
+                                         epochs=1))[:None if cap is None else cap - done]
             loop.run(batches, lambda step, idx: F.cross_entropy(client.model(data.x[idx])[1], data.y[idx]))
             done += len(batches)
 

@@ -26,14 +26,19 @@ paper's silences (§2.6), each an option with the recommended default:
 * A1 ``teacher: others`` (eq. (5), leave-one-out) or ``all`` (Algorithm 1 line 15, f̄ itself);
 * A2 ``teacher_average: logits`` (average the logits, then the softmax, eqs. (5)-(6)) or
   ``probabilities`` (the mean of ψ(f_m, E_KD), the equilibrium analysis' form);
-* A5 ``lf_temperature`` E_LF = 1; ``snapshot_mode: eval`` (frozen snapshots use their BatchNorm
-  running statistics); ``lf_first_round: true`` applies r_loc in round 1 against the random
-  initialisation, as the literal algorithm does (false: skip it there);
+* A5 ``lf_temperature`` E_LF = 1; ``snapshot_mode: train``: a frozen snapshot computes its outputs as the live
+  model does (BatchNorm on the batch's statistics), so it *is* the model at the stage's start, θ_n^{t,0} or
+  θ_n^{t+½,0}, and r_loc, r_glo are exactly 0 at a stage's first step (``eval``: the snapshot uses its BatchNorm
+  running statistics, which makes the regulariser non-zero there with BatchNorm models); ``lf_first_round:
+  true`` applies r_loc in round 1 against the random initialisation, as the literal algorithm does (false: skip
+  it there);
 * A6 one discriminator step per global iteration on 𝒰 = (1/N) Σ_n U_n over all N·B outputs;
 * A7 ``disc_hidden: [32, 265]`` (265 as printed, probably meaning 256) and ``disc_activation: relu``
-  (or ``leaky_relu``, slope 0.2), PyTorch's default initialisation, N output logits (N: the federation's
-  clients; a client's target is its id);
-* A8 ``disc_optimizer: adam`` at η_d (``sgd``: plain gradient ascent on 𝒰 at η_d, the literal line 13);
+  (or ``leaky_relu``, slope 0.2), PyTorch's default initialisation: the paper's "two fully-connected layers
+  with 32 and 265 neurons" read as two *hidden* layers, followed by a third linear layer to the N output
+  logits the game needs (N: the federation's clients; a client's target is its id);
+* A8 ``disc_optimizer: sgd``: plain gradient ascent on 𝒰 at η_d, as the text ("according to SGD") and
+  line 13 read (``adam``: Adam at η_d);
 * A9 the client optimiser: ``training.optimizer.persistent`` (true: one Adam per client for both stages
   and all rounds; false: re-created at every stage).
 
@@ -72,7 +77,8 @@ class AdversarialParams(AlgorithmParams):
     adv_temperature: float = Field(2.0, gt=0, description="E of the discriminator's input ψ(f_n, E) (paper: 2)")
     disc_hidden: tuple[int, int] = Field((32, 265), description="A7: the discriminator's two hidden widths")
     disc_activation: Literal["relu", "leaky_relu"] = Field("relu", description="A7: hidden activation")
-    disc_optimizer: Literal["adam", "sgd"] = Field("adam", description="A8: Adam, or plain SGD ascent (Alg. 1 l. 13)")
+    disc_optimizer: Literal["sgd", "adam"] = Field("sgd", description=(
+        "A8: plain SGD ascent at η_d (the paper: \"according to SGD\", Alg. 1 line 13) or Adam at η_d"))
     disc_lr: float = Field(1e-4, gt=0, description="η_d")
 
 
@@ -83,7 +89,9 @@ class LessForgettingParams(AlgorithmParams):
     lf_global_weight: float = Field(1.0, ge=0, description="weight of r_glo")
     lf_temperature: float = Field(1.0, gt=0, description="E of r_loc and r_glo (A5: unstated; 1)")
     lf_first_round: bool = Field(True, description="A5: r_loc in round 1, against the random initialisation")
-    snapshot_mode: Literal["eval", "train"] = Field("eval", description="A5: BatchNorm mode of the frozen snapshots")
+    snapshot_mode: Literal["train", "eval"] = Field("train", description=(
+        "A5: BatchNorm mode of the frozen snapshots: train (batch statistics, as the live model's forward: r = 0 at "
+        "a stage's first step, the paper's θ^{t,0}, θ^{t+½,0}) or eval (the running statistics the model had)"))
 
 
 class FedALParams(TransferParams, AdversarialParams, LessForgettingParams):

@@ -20,7 +20,12 @@ class ClientDiscriminator(BodyHead):
     """FedAL's server discriminator h(p, w): R^K -> R^N (pipelines/fedal/NOTES.md §2.1, §2.6 A7):
     Linear(K, 32) -> ReLU -> Linear(32, 265) -> ReLU (features) -> Linear(265, N) client-index logits
     (``activation``: ReLU, or LeakyReLU(0.2), A7's alternative).
-    Its input is the temperature softmax psi(f_n, 2) of a client's logits."""
+    Its input is the temperature softmax psi(f_n, 2) of a client's logits.
+
+    The shape is a reading: the paper gives "two fully-connected layers with 32 and 265 neurons" and an
+    output over the N clients. Neither 32 nor 265 can be that output (N is 10 to 100), so the two layers
+    are read as the *hidden* layers and a third linear layer maps to the N logits (three linear layers in
+    all); 265 is kept as printed (``hidden=(32, 256)`` if it is a misprint of 256)."""
 
     def __init__(self, in_shape: tuple[int, ...], num_classes: int, hidden: tuple[int, int] = (32, 265),
                  activation: str = "relu") -> None:

@@ -11,10 +11,28 @@ from __future__ import annotations
 from pathlib import Path
 
 from bench.models.paper_configs import CLIENT_MODEL, PaperConfig, printed
-from bench.suites.paper import Claim, Paper, PaperDefinition, ReportColumn, Results, pairs_claim
+from bench.suites.paper import Claim, Paper, PaperDefinition, ReportColumn, Results, Section, SuiteView, pairs_claim
 from bench.suites.plugins import register_paper
 
 BLACK_BOX = ("table4", "table5", "table6", "table7")  # the black-box comparison tables
+
+FEDDF_AL_DESIGN = Section(
+    "FedDF-AL: a design of ours",
+    "The FedDF-AL rows (Fig. 10's end points) measure a reading of ours, not the authors' method: the paper names "
+    "FedDF-AL (FedAL \"extended to support parameter averaging among models with identical architecture\") and "
+    "gives τ = 15 and E_adv = 2, nothing of its design (pipelines/fedal/NOTES.md §3.2.8). A verdict on it is a "
+    "verdict on this reading; tests/test_fedal_baselines.py holds the reading (without its AL and LF terms it is "
+    "FedDF bit for bit; the discriminator tells the architecture groups apart).",
+    ["part", "the paper", "the reading kept (bench/algorithms/feddf_al.py)", "not implemented"],
+    [["averaging and teacher", "FedDF's (same-architecture clients averaged, KD across architectures)",
+      "FedDF: one model per architecture group, FedAvg within it, the students distilled towards the mean logits "
+      "of all received client models", "—"],
+     ["adversarial game", "FedAL's, players not given",
+      "the G group students after averaging, a G-way discriminator K → 32 → 265 → G, one step per distillation "
+      "step; each student adds U_g", "the N client models before averaging (an N-way discriminator)"],
+     ["less forgetting", "FedAL's, snapshots not given",
+      "r_loc against θ_g as broadcast; r_glo against θ̂_g frozen at the distillation's start", "—"],
+     ["τ, E_adv", "15, 2", "15 local and 15 distillation steps a round, E_adv = 2", "—"]])
 
 
 class FedAL(Paper):
@@ -81,6 +99,11 @@ class FedAL(Paper):
                         [(acc("fedal", c, "acc"), acc(m, c, "acc")) for c in results.table("figure7")
                          for m in ("fedmd_fedal", "fedproto_fedal")], "all"),
         ]
+
+
+    def sections(self, suite: SuiteView, ours: Results) -> list[Section]:
+        """Beside FedDF-AL's rows: that its design is ours (issue 26 item 6)."""
+        return [FEDDF_AL_DESIGN] if "feddf_al" in suite.methods else []
 
 
 MODEL_CONFIGS = (  # the (model, dataset) configurations and the parameter counts printed
