@@ -52,9 +52,10 @@ class Strict(BaseModel):
 
 class DatasetConfig(Strict):
     name: str = "digits"
-    normalize: Literal["stats", "half"] = Field("stats", exclude_if=lambda v: v == "stats", description=(
+    normalize: Literal["stats", "half", "unit"] = Field("stats", exclude_if=lambda v: v == "stats", description=(
         "input normalisation: each channel by the dataset's own mean and std, or torchvision's "
-        "Normalize(0.5, 0.5) to [-1, 1] (FedHKD's released code, pipelines/fedhkd/NOTES.md §5.1); left out of the "
+        "Normalize(0.5, 0.5) to [-1, 1] (FedHKD's released code, pipelines/fedhkd/NOTES.md §5.1), or pixel/255 in "
+        "[0, 1] and nothing else (FedAKD's released code, pipelines/fedakd/NOTES.md §1.8); left out of the "
         "resolved config at its default, so the runs from before it keep their hash"))
 
 

@@ -275,3 +275,87 @@ def test_fedsac_contribution_is_the_standalone_runs_accuracy_bit_for_bit(data_di
     standalone = Records.from_csv((tmp_path / "alone" / "records.csv").read_text(), "alone").clients("local_acc", 3)
     contribution = Records.from_csv((tmp_path / "sac" / "records.csv").read_text(), "sac").clients("contribution", 1)
     assert list(contribution.values()) == list(standalone.values())
+
+
+def _captured_round(monkeypatch: pytest.MonkeyPatch, data_dir: Path, tmp_path: Path, name: str) -> tuple[dict, Records]:
+    """One round of ``name`` (paper mode) on a tiny federation, with what its server saw at the aggregation:
+    the global vector before it, each client's dense update and sample count, the validation set, and a model to
+    score candidate parameters with."""
+    from bench.algorithms import get_algorithm
+    from bench.engine.vectors import model_vector
+
+    cls = get_algorithm(name)
+    seen: dict = {}
+    original = cls.aggregate
+
+    def capture(self, round_index, server, updates):  # type: ignore[no-untyped-def]
+        keys = self.keys(server.model)
+        seen.update(start=model_vector(server.model, keys).double(), keys=keys, model=self.ctx.build_model("hand"),
+                    cids=[u.cid for u in updates], sizes=[float(u.num_samples) for u in updates],
+                    deltas=[u.vector.dense().double() for u in updates], validation=self.validation(),
+                    states=[{k: v.clone() for k, v in u.model.items()} if hasattr(u, "model") else None
+                            for u in updates])
+        return original(self, round_index, server, updates)
+
+    monkeypatch.setattr(cls, "aggregate", capture)
+    cfg = small_config(algorithm={"name": name}, training={"rounds": 1, "optimizer": {"name": "adam", "lr": 0.003}},
+                       partition={"num_clients": 4, "local_test_fraction": 0.2, "validation_fraction": 0.1},
+                       model={"name": "mlp"})
+    from bench.runner.executor import RunRequest, run_experiment
+
+    run_experiment(RunRequest(cfg, tmp_path / name, data_dir))
+    return seen, Records.from_csv((tmp_path / name / "records.csv").read_text(), name)
+
+
+def _hand_accuracy(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
+    model.eval()
+    with torch.no_grad():
+        return float((model(x)[1].argmax(1) == y).double().mean())
+
+
+def test_recorded_rewards_equal_hand_computations_from_what_the_server_saw(monkeypatch: pytest.MonkeyPatch,
+                                                                        data_dir: Path, tmp_path: Path) -> None:
+    """Round 1 from equal reputations 1/4, recomputed here from the uploads and the validation set alone:
+    FedAVE: s_k = validation accuracy of client k's trained model, r = (0.9/4 + 0.1·s_k)/Σ, share .3 + .7·tanh r;
+    CFFL: acc_k of w_g + u + u_k (u the size-weighted mean update), c = sinh(acc/Σacc)/Σ, r = (½/4 + ½c)/Σ, none
+    under 0.05, share r/max r; CGSV: u the reputation-weighted (equal) mean update, ψ_k = max(0, cos(Δ_k, u)),
+    r = (0.9/4 + 0.1ψ)/Σ, share ⌊D·tanh r / max tanh⌋/D."""
+    from bench.engine.aggregate import load_state
+    from bench.engine.vectors import load_vector
+
+    def recorded(records: Records) -> tuple[list[float], list[float]]:
+        return (list(records.clients("reputation", 1).values()), list(records.clients("reward_share", 1).values()))
+
+    seen, records = _captured_round(monkeypatch, data_dir, tmp_path, "fedave")
+    scores = []
+    for state in seen["states"]:
+        load_state(seen["model"], state)
+        scores.append(_hand_accuracy(seen["model"], *seen["validation"]))
+    raw = [0.9 / 4 + 0.1 * s for s in scores]
+    rep = [v / sum(raw) for v in raw]
+    assert len(set(scores)) > 1  # the clients differ, so the check has something to tell apart
+    assert recorded(records) == (pytest.approx(rep, abs=1e-9), pytest.approx([0.3 + 0.7 * math.tanh(r) for r in rep]))
+
+    seen, records = _captured_round(monkeypatch, data_dir, tmp_path, "cffl")
+    total = sum(seen["sizes"])
+    mean_update = sum(n / total * d for n, d in zip(seen["sizes"], seen["deltas"]))
+    acc = []
+    for delta in seen["deltas"]:
+        load_vector(seen["model"], (seen["start"] + mean_update + delta).float(), seen["keys"])
+        acc.append(_hand_accuracy(seen["model"], *seen["validation"]))
+    c = [math.sinh(a / sum(acc)) for a in acc]
+    c = [v / (sum(c) + 1e-9) for v in c]
+    r = [0.5 / 4 + 0.5 * v for v in c]
+    r = [v / (sum(r) + 1e-9) for v in r]
+    r = [0.0 if v < 0.05 else v for v in r]
+    r = [v / sum(r) for v in r]
+    assert recorded(records) == (pytest.approx(r, abs=1e-6), pytest.approx([v / max(r) for v in r], abs=1e-6))
+
+    seen, records = _captured_round(monkeypatch, data_dir, tmp_path, "cgsv")
+    u = sum(seen["deltas"]) / len(seen["deltas"])
+    psi = [max(0.0, float(d @ u / ((d.norm() + 1e-9) * (u.norm() + 1e-9)))) for d in seen["deltas"]]
+    raw = [0.9 / 4 + 0.1 * p for p in psi]
+    rep = [v / sum(raw) for v in raw]
+    dim = len(u)
+    share = [int(dim * math.tanh(v) / (max(math.tanh(w) for w in rep) + 1e-9)) / dim for v in rep]
+    assert recorded(records) == (pytest.approx(rep, abs=1e-6), pytest.approx(share, abs=1.5 / dim))

@@ -130,10 +130,29 @@ def test_selection_is_recorded_and_all_data_selects_everything(data_dir: Path) -
         assert client.state.selected.tolist() == hits.tolist() and shares[client.cid] == len(hits) / client.data.num_samples
 
 
-def test_single_dist_replaces_the_local_model_by_the_global_one(data_dir: Path) -> None:
-    """Table 4 Single-Dist: no G→L; w_k ← w_g, so after a round every local model is the round's starting
+def test_single_dist_trained_overwrites_then_trains_by_cross_entropy_alone(data_dir: Path) -> None:
+    """Table 4 Single-Dist, default reading: w_k ← w_g, then an epoch of CE on D_k (no KD term: α has no effect),
+    and that trained w_k selects I_k; the local model is no longer the round's starting global model."""
+    runs = [run_federation(small_config(algorithm={"name": "fedakd", "global_to_local": False, "alpha": alpha},
+                                        training={"rounds": 2}, model={"name": "mlp"},
+                                        partition={"num_clients": 3, "local_test_fraction": 0.2}), data_dir).state
+            for alpha in (1.0, 5.0)]
+    state, other = runs
+    for a, b in zip(state.clients, other.clients):
+        assert all(torch.equal(x, y) for x, y in zip(a.model.state_dict().values(), b.model.state_dict().values()))
+    before = {k: v.clone() for k, v in state.server.model.state_dict().items()}
+    run_round(state.algorithm, 3, state.server, state.clients, Ledger())
+    for client in state.clients:
+        assert not all(torch.equal(client.model.state_dict()[k], v) for k, v in before.items())
+        hits = correctly_predicted(client.model, client.data.x, client.data.y, 1024)
+        assert client.state.selected.tolist() == hits.tolist()
+
+
+def test_single_dist_copied_replaces_the_local_model_by_the_global_one(data_dir: Path) -> None:
+    """Single-Dist, reading ``copied``: w_k ← w_g only, so after a round every local model is the round's starting
     global model, and the global model moved (L→G still ran)."""
-    cfg = small_config(algorithm={"name": "fedakd", "global_to_local": False}, training={"rounds": 2},
+    cfg = small_config(algorithm={"name": "fedakd", "global_to_local": False, "single_dist": "copied"},
+                       training={"rounds": 2},
                        partition={"num_clients": 3, "local_test_fraction": 0.2}, model={"name": "mlp"})
     state = run_federation(cfg, data_dir).state
     before = {k: v.clone() for k, v in state.server.model.state_dict().items()}
@@ -158,6 +177,42 @@ def test_code_mode_trains_and_selects_on_train_and_test_and_distils_last_rounds_
     assert fresh.order == "code"
 
 
+@pytest.mark.parametrize("order", ["paper", "code"])
+def test_the_order_of_a_rounds_steps(data_dir: Path, order: str) -> None:
+    """§0.10: Algorithm 1 (``order: paper``) distils G→L from the round's *incoming* w_g, selects, then distils L→G
+    on the I_k just selected, and aggregates last. The released loop (``code``) distils L→G first, on last round's
+    I_k (all of D_k before any selection), aggregates, and only then distils G→L from the *new* w_g and selects.
+    Swapping the two branches of ``phases`` fails both cases."""
+    state = fedakd_run(data_dir, rounds=1, order=order)
+    algorithm, server, clients = state.algorithm, state.server, state.clients
+    taught_by: list[dict[str, torch.Tensor]] = []
+    distilled_on: list[list[int]] = []
+    g2l, l2g = algorithm.global_to_local, algorithm.local_to_global
+
+    def record_g2l(round_index, client, received):  # type: ignore[no-untyped-def]
+        taught_by.append({k: v.clone() for k, v in received.state.items()})
+        return g2l(round_index, client, received)
+
+    def record_l2g(round_index, client, received, weight):  # type: ignore[no-untyped-def]
+        chosen = client.state.selected
+        distilled_on.append(list(range(len(algorithm.pool(client)[1]))) if chosen is None else chosen.tolist())
+        return l2g(round_index, client, received, weight)
+
+    algorithm.global_to_local, algorithm.local_to_global = record_g2l, record_l2g  # type: ignore[method-assign]
+    before_selection = [None if c.state.selected is None else c.state.selected.tolist() for c in clients]
+    incoming = {k: v.clone() for k, v in server.model.state_dict().items()}
+    run_round(algorithm, 2, server, clients, Ledger())
+    outgoing = server.model.state_dict()
+    assert len(taught_by) == len(distilled_on) == len(clients)
+    teacher = outgoing if order == "code" else incoming
+    assert not all(torch.equal(incoming[k], outgoing[k]) for k in incoming)  # the aggregation moved w_g
+    for received in taught_by:
+        assert all(torch.equal(received[k], teacher[k]) for k in teacher)
+    after_selection = [c.state.selected.tolist() for c in clients]
+    assert distilled_on == (before_selection if order == "code" else after_selection)
+    assert before_selection != after_selection
+
+
 def test_a_round_is_deterministic(data_dir: Path) -> None:
     a, b = fedakd_run(data_dir, rounds=2), fedakd_run(data_dir, rounds=2)
     assert all(torch.equal(x, y) for x, y in zip(a.server.model.state_dict().values(), b.server.model.state_dict().values()))
@@ -180,11 +235,13 @@ def test_algorithm2_redrawn_from_the_seed_is_the_partition_with_mahalanobis_norm
     labels, features = pool
     params = {"setting": "ics", "shift": shift}
     part = make_partition(labels, 10, "fedakd", 10, 4, params, features=features)
-    draws, deltas, sigma = algorithm2_draws(features, 10, 4, Scheme.model_validate(params))
-    for draw, train, test in zip(draws, part.train, part.local_test):
+    made = algorithm2_draws(features, 10, 4, Scheme.model_validate(params))
+    for train, test, made_train, made_test in zip(part.train, part.local_test, made.train, made.local_test):
+        assert np.array_equal(train, made_train) and np.array_equal(test, made_test)
+    for draw, train, test in zip(made.drawn, made.as_drawn_train, made.local_test):  # as drawn: the split of the draw
         assert np.array_equal(np.sort(draw), np.sort(np.concatenate([train, test])))
-    np.testing.assert_allclose([d @ np.linalg.inv(sigma) @ d for d in deltas], shift, rtol=1e-9)
-    assert [len(d) for d in draws] == client_sizes(1000, 10, Scheme.model_validate(params)).tolist()
+    np.testing.assert_allclose([d @ np.linalg.inv(made.sigma) @ d for d in made.deltas], shift, rtol=1e-9)
+    assert [len(d) for d in made.drawn] == client_sizes(1000, 10, Scheme.model_validate(params)).tolist()
 
 
 def test_pool_fraction_sizes_and_a_whole_pool(pool) -> None:
@@ -319,3 +376,110 @@ def test_runner_options_fedakds_suite_uses(data_dir: Path, tmp_path: Path) -> No
     assert records.series("global_train_loss")[2] == pytest.approx(loss, rel=1e-5)
     saved = torch.load(tmp_path / "run" / "model.pt", weights_only=True)
     assert all(torch.equal(saved[k], v) for k, v in model.state_dict().items())
+
+
+# -- the released code's protocol in code mode (pipelines/fedakd/NOTES.md §1.8, §2.5) -----------------------
+
+
+def test_unit_normalisation_is_pixel_over_255_and_changes_a_run(data_dir: Path) -> None:
+    """D12: the released code feeds pixel/255 in [0, 1], no mean/std (``dataset.normalize: unit``)."""
+    from bench.data import load_dataset
+    from bench.runner.federation import to_tensor
+
+    data = load_dataset("digits", data_dir)
+    unit = to_tensor(data.train_x[:4], data, torch.device("cpu"), "unit")
+    torch.testing.assert_close(unit, torch.from_numpy(data.train_x[:4]).float() / 255)
+    stats = run_federation(small_config(training={"rounds": 1}), data_dir)
+    released = run_federation(small_config(training={"rounds": 1}, dataset={"normalize": "unit"}), data_dir)
+    assert released.curves != stats.curves
+
+
+def test_the_released_protocols_settings_use_pixel_over_255_the_paper_form_mean_and_std() -> None:
+    """paper_code and smoke's devide.py column feed pixel/255; the pinned proxy keeps mean/std everywhere (its
+    pinned reading, named in its params until it is re-pinned), the paper form everywhere else."""
+    root = Path(__file__).resolve().parents[1] / "pipelines" / "fedakd" / "params.yaml"
+    for profile, code_settings in (("paper_code", None), ("paper", set()), ("proxy", set()), ("smoke", {"ics-code"})):
+        suite = load_suite(root, overrides=[f"profile={profile}"])
+        for setting in suite.settings:
+            released = code_settings is None or setting in code_settings
+            assert suite.config("fedakd", setting, 0, timed=False).dataset.normalize == ("unit" if released else "stats")
+
+
+def test_stored_validation_is_the_head_of_each_clients_stored_data_test_images_included(data_dir: Path) -> None:
+    """§2.5, D18: ``validation: stored`` is the first ⌊0.1·n_k⌋ of the client's train and local test data together,
+    in the partition's (index) order — some of them test images (leakage); ``head`` holds train images only."""
+    from bench.data import load_dataset
+    from bench.engine.validation import server_validation
+    from bench.runner.federation import partition_for, to_tensor
+
+    cfg = small_config(algorithm={"name": "fedave", "mode": "code"}, training={"rounds": 1},
+                       partition={"num_clients": 3, "local_test_fraction": 0.2}, model={"name": "mlp"})
+    assert FedAKDParams(mode="code").data == "train_and_test"
+    from bench.algorithms.rewards import RewardParams  # the fairness baselines' shared readings
+    assert RewardParams(mode="code").validation == "stored" and RewardParams().validation == "split"
+    state = run_federation(cfg, data_dir).state
+    data = load_dataset("digits", data_dir)
+    partition = partition_for(cfg, data, None)
+    images = to_tensor(data.train_x, data, torch.device("cpu"))
+    xs, tested = [], 0
+    for cid in range(3):
+        stored = np.sort(np.concatenate([partition.train[cid], partition.local_test[cid]]))
+        head = stored[: int(0.1 * len(stored))]
+        xs.append(images[torch.from_numpy(head)])
+        tested += int(np.isin(head, partition.local_test[cid]).sum())
+    x, y = server_validation([c.data for c in state.clients], "stored")
+    torch.testing.assert_close(x, torch.cat(xs))
+    assert tested > 0
+    x_head, _ = server_validation([c.data for c in state.clients], "head")
+    assert len(x_head) != len(x) or not torch.equal(x_head, x)
+
+
+def released_statistics(acc_p: np.ndarray, acc_s_file: str) -> dict[str, float]:
+    """The released scripts' summary, restated (pipelines/fedakd/NOTES.md §0.5, §3.2): ``acc_p`` is rounds × clients
+    of the scored accuracies; Acc_s is parsed from the standalone script's ``Client k: 0.xxxx`` lines as float32;
+    per round the clients' mean, max and 100·corrcoef(acc_p, acc_s) (0 if either vector is all zeros), then the
+    mean of the last three rounds."""
+    acc_s = np.array([float(line.split(":")[1]) for line in acc_s_file.splitlines()], dtype=np.float32)
+    cf_rounds = [0.0 if not (row.any() and acc_s.any()) else 100 * np.corrcoef(row, acc_s)[0, 1] for row in acc_p]
+    return {"avg": float(np.mean(acc_p.mean(axis=1)[-3:])), "max": float(np.mean(acc_p.max(axis=1)[-3:])),
+            "cf": float(np.mean(cf_rounds[-3:]))}
+
+
+def test_the_released_statistics_agree_with_ours_to_10_decimals_on_a_code_mode_run(data_dir: Path,
+                                                                                  tmp_path: Path) -> None:
+    """§3.2: on a real code-mode FedAKD run and its Standalone, the released statistics computed from the
+    per-client records (the standalone accuracies through the script's 4-decimal file) equal the suite's
+    ``last3_local_acc``, ``last3_clientmax_local_acc`` and ``last3_cfcode(standalone)_local_acc``."""
+    from bench.runner.executor import RunRequest, run_experiment
+
+    records = {}
+    for name, algorithm in (("standalone", {"name": "standalone"}), ("fedakd", {"name": "fedakd", "mode": "code"})):
+        cfg = small_config(algorithm=algorithm, training={"rounds": 5}, model={"name": "mlp"},
+                           partition={"num_clients": 5, "local_test_fraction": 0.2}, evaluation={"local_model": "global"}
+                           if name == "fedakd" else {})
+        run_experiment(RunRequest(cfg, tmp_path / name, data_dir))
+        records[name] = Records.from_csv((tmp_path / name / "records.csv").read_text(), name)
+    run, standalone = records["fedakd"], records["standalone"]
+    rounds = sorted(run.values["local_acc"])
+    acc_p = np.array([list(run.clients("local_acc", r).values()) for r in rounds])
+    final_s = standalone.clients("local_acc", standalone.last_round)
+    acc_s_file = "".join(f"Client {cid}: {acc:.4f}\n" for cid, acc in final_s.items())
+    theirs = released_statistics(acc_p, acc_s_file)
+    assert np.ptp(acc_p[-1]) > 0 and not math.isnan(theirs["cf"])
+    for ours, key in (("last3_local_acc", "avg"), ("last3_clientmax_local_acc", "max"),
+                      ("last3_cfcode(standalone)_local_acc", "cf")):
+        assert Statistic.model_validate(ours).compute(run, standalone) == pytest.approx(theirs[key], abs=1e-10)
+
+
+def test_the_pinned_proxy_names_its_earlier_readings_and_the_other_profiles_take_the_corrected_ones() -> None:
+    """Until the proxy is re-pinned it keeps Algorithm 2's partitions as drawn and Single-Dist ``copied`` (so no
+    pinned value moves); ``paper``, ``paper_code`` and ``smoke`` run the leak-free partitions and ``trained``."""
+    root = Path(__file__).resolve().parents[1] / "pipelines" / "fedakd" / "params.yaml"
+    for profile, reading, single_dist in (("proxy", "as_drawn", "copied"), ("paper", "held_out", "trained"),
+                                          ("paper_code", "held_out", "trained"), ("smoke", "held_out", "trained")):
+        suite = load_suite(root, overrides=[f"profile={profile}"])
+        for setting in suite.settings:
+            assert suite.partition_config(setting).partition.scheme_params.get("local_test", "held_out") == reading
+            if suite.runs_on("fedakd_single_dist", setting):
+                assert suite.config("fedakd_single_dist", setting, 0, timed=False).algorithm.params.get(
+                    "single_dist", "trained") == single_dist

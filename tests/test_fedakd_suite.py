@@ -143,6 +143,7 @@ def test_smoke_profile_dvc_repro_pin_compare(tmp_path: Path) -> None:
             "fedakd_fig3_runtime_loss.png", "fedakd_fig4_kl_approximation.png"} <= figures
     sanity = (report / "figures" / "fedakd_partition_sanity.md").read_text()
     assert "| ics5 | paper | ICS | 5 |" in sanity and "yes; δᵀΣ⁻¹δ ∈ [5, 5]" in sanity
+    assert "% → 0.0 % |" in sanity  # the as-drawn share of test images trained on, and none in the partition
     pin = subprocess.run([sys.executable, "-m", "bench.cli", "pin", "--params", "params.yaml"], cwd=folder,
                          capture_output=True, text=True)
     assert pin.returncode == 0, pin.stderr

@@ -11,7 +11,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bench.data import prepared_dir
-from bench.data.covariate_shift import client_shift, covariate_shift_sample, pca_coordinates, power_law_counts
+from bench.data.covariate_shift import (
+    client_shift,
+    covariate_shift_sample,
+    pca_coordinates,
+    power_law_counts,
+    trained_test_share,
+)
 from bench.data.per_user import public_split
 from bench.data.partition import (
     IIDParams,
@@ -266,11 +272,52 @@ def test_fedakd_paper_form(pool, setting):
     expected = [50] * 10 if setting == "bcs" else power_law_counts(500, 10).tolist()
     assert sizes == expected
     for t, h in zip(part.train, part.local_test):
-        assert not np.intersect1d(t, h).size  # duplicates of a test image never trained on
+        assert not np.intersect1d(t, h).size  # a client trains on no duplicate of its test images
     assert part.sha256 == make_partition(labels, 10, "fedakd", 10, 3, params, features=features).sha256
     if setting == "pow":
         flat = np.concatenate([*part.train, *part.local_test])
         assert len(np.unique(flat)) == len(flat) == 500
+
+
+FEDAKD_SCHEMES = [{"setting": "pow"}, {"setting": "bcs", "shift": 5.0}, {"setting": "ics", "shift": 2.0},
+                  {"setting": "ics", "shift": 5.0}, {"setting": "ics", "shift": 10.0},
+                  {"setting": "cla", "cla_size": 8}, {"setting": "dir", "alpha": 1.0},
+                  {"setting": "pow", "form": "code"}, {"setting": "bcs", "form": "code"},
+                  {"setting": "ics", "form": "code"}]
+
+
+@pytest.mark.parametrize("params", FEDAKD_SCHEMES, ids=lambda p: "-".join(str(v) for v in p.values()))
+@pytest.mark.parametrize("seed", [0, 3])
+def test_fedakd_no_client_trains_on_any_clients_test_image(pool, params, seed):
+    """Every FedAKD partition in its default reading: no local test image of any client is in any client's
+    training split (pipelines/fedakd/NOTES.md §2.3, A17)."""
+    labels, features = pool
+    part = make_partition(labels, 10, "fedakd", 10, seed, params, features=features)
+    assert sum(len(h) for h in part.local_test) > 0
+    for test in part.local_test:
+        for train in part.train:
+            assert not np.intersect1d(test, train).size
+    assert trained_test_share(part.train, part.local_test) == 0.0
+
+
+@pytest.mark.parametrize("setting, shift", [("bcs", 5.0), ("ics", 2.0), ("ics", 5.0), ("ics", 10.0)])
+def test_fedakd_as_drawn_reading_leaks_and_held_out_keeps_tests_sizes_and_shift(pool, setting, shift):
+    """Taken as drawn, Algorithm 2's clients train on other clients' test images; held out, the same local test
+    sets and sizes, and the training data still drawn around μ + δ_k (each client's training mean lies on
+    its own side of the pool, as in the as-drawn reading)."""
+    labels, features = pool
+    params = {"setting": setting, "shift": shift}
+    held = make_partition(labels, 10, "fedakd", 10, 0, params, features=features)
+    drawn = make_partition(labels, 10, "fedakd", 10, 0, {**params, "local_test": "as_drawn"}, features=features)
+    assert trained_test_share(drawn.train, drawn.local_test) > 0.1
+    assert all(np.array_equal(a, b) for a, b in zip(held.local_test, drawn.local_test))
+    assert [len(t) for t in held.train] == [len(t) for t in drawn.train]
+    assert held.sha256 != drawn.sha256
+    coords = pca_coordinates(features)[:, :2]
+    mu = coords.mean(axis=0)
+    for a, b in zip(held.train, drawn.train):  # the same direction from μ: cosine of the two training shifts
+        u, v = coords[a].mean(axis=0) - mu, coords[b].mean(axis=0) - mu
+        assert u @ v / (np.linalg.norm(u) * np.linalg.norm(v)) > 0.5
 
 
 def test_fedakd_needs_features():

@@ -20,7 +20,7 @@ The reward (step 4) differs between the two modes; ``reward_share`` records it p
   data size, g_k = u − (n_k/max_j n_j)·u_k; the personal model becomes its locally trained copy of the
   global model + u_k + g_k (``download: size``; its own update counts twice). Reputation then only removes
   clients. It trains on, and is scored on, all its local data (``data: all``); the validation set is the
-  first 10 % of each client's data (``validation: head``); see :mod:`bench.algorithms.rewards`.
+  first 10 % of each client's stored data, test images included (``validation: stored``); see :mod:`bench.algorithms.rewards`.
 
 Defaults θ_u = 0.5, clip 5.0, c_th = 0.05, α = 1 [P Table 6]. The global model's BN buffers never change
 (only parameter updates are exchanged), as in both.

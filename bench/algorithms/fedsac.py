@@ -72,8 +72,8 @@ class FedSACParams(ModeParams):
     keep: Literal["share", "count"] = reading(
         "share", "count", "a client's filters: its ⌊r_k·N/100⌋ most important; or its ⌊r_k⌋ most important")
     validation: ValidationSource = reading(
-        "split", "head", "the server's validation set: the clients' validation splits; or the first 10 % of each "
-        "client's train split")
+        "split", "stored", "the server's validation set: the clients' validation splits; or (stored) the first 10 % of "
+        "each client's stored data, train and local test together (§2.5 [C], leakage); head: of its train split")
     contribution_split: Literal["validation", "test"] = reading(
         "validation", "test", "where c_k is measured: the client's validation split; or its local test split")
 

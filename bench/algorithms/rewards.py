@@ -42,8 +42,10 @@ class RewardParams(ModeParams):
         "train", "all", "what a client trains on and is scored on: its train split (and its local test split); or "
         "all its local data, train and local test splits (§0.8)")
     validation: ValidationSource = reading(
-        "split", "head", "the server's validation set: the clients' validation splits (partition.validation_fraction); "
-        "or the first 10 % of each client's train split, which it also trains on (§2.5 [C])")
+        "split", "stored", "the server's validation set: the clients' validation splits (partition.validation_fraction); "
+        "or (stored) the first 10 % of each client's stored data, train and local test splits together, which it also "
+        "trains on and which holds some of its test images (§2.5 [C], leakage); head: the first 10 % of each "
+        "train split")
 
 
 @dataclass

@@ -28,6 +28,9 @@ class ClientData:
     test_y: torch.Tensor
     val_x: torch.Tensor | None = None
     val_y: torch.Tensor | None = None
+    # positions in ``with_test`` of the client's samples in the order its partition stores them (ascending
+    # train-split index); None where the local test split is not drawn from the train split
+    stored_order: torch.Tensor | None = None
 
     @property
     def num_samples(self) -> int:

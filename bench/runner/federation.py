@@ -141,8 +141,11 @@ def validation_split(config: ExperimentConfig, cid: int, train: np.ndarray) -> t
 def to_tensor(images: np.ndarray, data: PreparedDataset, device: torch.device,
               normalize: str = "stats") -> torch.Tensor:
     """uint8 N x C x H x W -> float32 on ``device``, normalised per channel by the dataset's mean and std
-    (``stats``) or by 0.5 and 0.5 (``half``: torchvision's ``Normalize(0.5, 0.5)``, inputs in [-1, 1])."""
+    (``stats``) or by 0.5 and 0.5 (``half``: torchvision's ``Normalize(0.5, 0.5)``, inputs in [-1, 1]), or only
+    divided by 255 (``unit``, inputs in [0, 1])."""
     x = torch.from_numpy(images).to(device=device, dtype=torch.float32).div_(255.0)
+    if normalize == "unit":
+        return x
     if normalize == "half":
         return (x - 0.5) / 0.5
     mean = torch.tensor(data.mean, device=device).view(1, -1, 1, 1)
@@ -290,8 +293,10 @@ def run_federation(config: ExperimentConfig, data_dir: str | Path | None = None,
         train_idx, val_idx = validation_split(config, cid, partition.train[cid])
         tr, va = torch.from_numpy(train_idx).to(device), torch.from_numpy(val_idx).to(device)
         te = torch.from_numpy(partition.local_test[cid]).to(device)
+        stored = (torch.from_numpy(np.argsort(np.concatenate([train_idx, partition.local_test[cid]]), kind="stable"))
+                  .to(device) if partition.local_test_source == "train" else None)
         cdata = ClientData(train_x[tr], train_y[tr], local_x[te], local_y[te],
-                           *((train_x[va], train_y[va]) if len(val_idx) else (None, None)))
+                           *((train_x[va], train_y[va]) if len(val_idx) else (None, None)), stored)
         clients.append(Client(cid, cdata, algorithm.init_client_model(cid, server), algorithm.init_client_state(cid)))
     ctx.client_data = [c.data for c in clients]
 

@@ -4,9 +4,10 @@ partitions and runs, on its simulated covariate-shift settings (the paper's Figs
 private EHR data):
 
 * ``fedakd_partition_sanity.png`` and ``fedakd_partition_sanity.md`` (R0): per covariate-shift setting, the
-  client sizes, distinct samples, Algorithm 2's draws redone from the seed (they must equal the partition's)
-  with δ_kᵀΣ⁻¹δ_k, the clients' classes, and the mean KL of the clients' Gaussians to the global one in the
-  partition's 2-D PCA space, against C.
+  client sizes, distinct samples, Algorithm 2's partition redone from the seed (it must equal the saved one)
+  with δ_kᵀΣ⁻¹δ_k, the share of local test images some client trains on (as Algorithm 2 draws them, and in
+  the partition: 0 with ``local_test: held_out``), the clients' classes, and the mean KL of the clients'
+  Gaussians to the global one in the partition's 2-D PCA space, against C.
 * ``fedakd_fig1_contributions.png`` (R12, Fig. 1): (a) each client's KL against its size; (b-e) each client's
   Standalone accuracy against the contribution CFFL, CGSV and FedAVE learned (their final reputation) and
   FedAvg's data share, with Pearson's r.
@@ -34,7 +35,7 @@ import numpy as np
 from scipy.stats import gaussian_kde, pearsonr
 
 from bench.data import load_dataset
-from bench.data.covariate_shift import FedAKDParams, algorithm2_draws, pca_coordinates
+from bench.data.covariate_shift import FedAKDParams, algorithm2_draws, pca_coordinates, trained_test_share
 from bench.data.partition import Partition, load_partition
 from bench.data.prepared import PreparedDataset
 from bench.fileio import atomic_write, write_text
@@ -126,19 +127,22 @@ def partition_sanity(suite: SuiteView, folder: Path, data_dir: Path | None) -> l
         mu, cov = fit(coords)
         kls = [gaussian_kl(*fit(coords[p]), mu, cov) for p in pools if len(p) > 2]
         check = "—"
+        leaked = f"{100 * trained_test_share(partition.train, partition.local_test):.1f} %"
         if params.form == "paper" and params.setting != "pow":
-            draws, deltas, sigma = algorithm2_draws(data.train_x, partition.num_clients, partition.seed, params)
-            inv = np.linalg.inv(sigma)
-            same = all(np.array_equal(np.sort(d), p) for d, p in zip(draws, pools))
-            norms = [float(d @ inv @ d) for d in deltas]
+            made = algorithm2_draws(data.train_x, partition.num_clients, partition.seed, params)
+            inv = np.linalg.inv(made.sigma)
+            same = all(np.array_equal(a, b) for a, b in zip([*made.train, *made.local_test],
+                                                            [*partition.train, *partition.local_test]))
+            norms = [float(d @ inv @ d) for d in made.deltas]
             check = f"{'yes' if same else '**NO**'}; δᵀΣ⁻¹δ ∈ [{min(norms):.6g}, {max(norms):.6g}]"
+            leaked = f"{100 * trained_test_share(made.as_drawn_train, made.local_test):.1f} % → {leaked}"
         classes = [int((c > 0).sum()) for c in partition.train_counts]
         rows.append([setting, params.form, params.setting.upper(), "—" if params.setting == "pow" else f"{params.shift:g}",
                      " ".join(str(len(p)) for p in pools), " ".join(str(len(np.unique(p))) for p in pools), check,
-                     " ".join(map(str, classes)), f"{np.mean(kls):.4f}"])
+                     leaked, " ".join(map(str, classes)), f"{np.mean(kls):.4f}"])
         points.append((params, float(np.mean(kls))))
     header = ["setting", "form", "split", "C", "client sizes", "distinct samples", "Algorithm 2 redrawn = partition",
-              "classes per client", "mean KL(client ‖ global), 2-D PCA"]
+              "local test images some client trains on (as drawn → partition)", "classes per client", "mean KL(client ‖ global), 2-D PCA"]
     table = "\n".join(["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
                       + ["| " + " | ".join(r) + " |" for r in rows])
     # one point per C: settings that share a partition (FedAKD's Table 3 setting is ICS(5) again) count once
