@@ -295,8 +295,10 @@ def run_federation(config: ExperimentConfig, data_dir: str | Path | None = None,
         te = torch.from_numpy(partition.local_test[cid]).to(device)
         stored = (torch.from_numpy(np.argsort(np.concatenate([train_idx, partition.local_test[cid]]), kind="stable"))
                   .to(device) if partition.local_test_source == "train" else None)
+        held_out = len(val_idx) > 0
         cdata = ClientData(train_x[tr], train_y[tr], local_x[te], local_y[te],
-                           *((train_x[va], train_y[va]) if len(val_idx) else (None, None)), stored)
+                           val_x=train_x[va] if held_out else None, val_y=train_y[va] if held_out else None,
+                           stored_order=stored)
         clients.append(Client(cid, cdata, algorithm.init_client_model(cid, server), algorithm.init_client_state(cid)))
     ctx.client_data = [c.data for c in clients]
 
