@@ -109,14 +109,15 @@ def test_local_objective_is_ce_plus_the_weighted_lf_term() -> None:
 
 
 def test_the_discriminator_is_built_as_configured_from_the_run_seed() -> None:
-    """A7, A8: K → hidden → N with the configured widths and activation; Adam at η_d, or SGD at η_d; its
-    initial weights come from the run's seed (another seed, other weights)."""
+    """A7, A8: K → hidden → N with the configured widths and activation; plain SGD at η_d by default (the paper's
+    reading), or Adam at η_d; its initial weights come from the run's seed (another seed, other weights)."""
     ctx = run_federation(fedal_config(training={"rounds": 1})).state.algorithm.ctx
     default = discriminator_state(ctx, FedALParams(), 4)
-    assert isinstance(default.optimizer, torch.optim.Adam) and default.optimizer.param_groups[0]["lr"] == 1e-4
-    other = discriminator_state(ctx, FedALParams(disc_optimizer="sgd", disc_lr=0.3, disc_hidden=(5, 7),
+    assert type(default.optimizer) is torch.optim.SGD and default.optimizer.param_groups[0]["lr"] == 1e-4
+    assert default.optimizer.param_groups[0]["momentum"] == 0
+    other = discriminator_state(ctx, FedALParams(disc_optimizer="adam", disc_lr=0.3, disc_hidden=(5, 7),
                                                  disc_activation="leaky_relu"), 3)
-    assert type(other.optimizer) is torch.optim.SGD and other.optimizer.param_groups[0]["lr"] == 0.3
+    assert type(other.optimizer) is torch.optim.Adam and other.optimizer.param_groups[0]["lr"] == 0.3
     assert other.discriminator is not None
     linears = [m for m in other.discriminator.modules() if isinstance(m, nn.Linear)]
     assert [(m.in_features, m.out_features) for m in linears] == [(K, 5), (5, 7), (7, 3)]
@@ -273,8 +274,8 @@ def test_the_server_sends_the_mean_logits_or_the_mean_probabilities() -> None:
     assert torch.allclose(replies[2].mean, torch.softmax(f / 2.0, dim=2).mean(0), atol=1e-7)
 
 
-@pytest.mark.parametrize("readings", [{}, {"lf_first_round": False, "snapshot_mode": "train"}],
-                         ids=["default", "no-first-round-train-mode"])
+@pytest.mark.parametrize("readings", [{}, {"lf_first_round": False, "snapshot_mode": "eval"}],
+                         ids=["default", "no-first-round-eval-mode"])
 def test_each_stage_starts_its_less_forgetting_snapshot_from_the_model_as_it_stands(
         monkeypatch: pytest.MonkeyPatch, readings: dict[str, Any]) -> None:
     """r_loc's frozen model is θ_n^{t,0}, the model the round starts from, and r_glo's is θ_n^{t+½,0}, the
@@ -282,7 +283,7 @@ def test_each_stage_starts_its_less_forgetting_snapshot_from_the_model_as_it_sta
     in every round, for every client, in the BatchNorm mode ``snapshot_mode`` (A5); with ``lf_first_round:
     false`` the local stage takes none in round 1."""
     seen: list[tuple[str, int, bool | None]] = []
-    train_mode = readings.get("snapshot_mode") == "train"
+    train_mode = readings.get("snapshot_mode", "train") == "train"  # the paper's reading by default (A5)
 
     def same(client: Any) -> bool:
         snapshot, model = client.state.snapshot.state_dict(), client.model.state_dict()

@@ -104,7 +104,7 @@ def test_the_switch_stays_out_of_the_config_and_its_hash_when_off() -> None:
 
 @pytest.mark.parametrize(("overrides", "refusal"), [
     (["algorithm.name=moon"], "moon has its own local_update"),
-    (["algorithm.name=fedhkd", "algorithm.mode=code"], "fedhkd has its own local_update"),
+    (["algorithm.name=fedhkd", "algorithm.mode=code"], "fedhkd has its own client_update"),
     (["algorithm.name=standalone", "model.candidates=[cnn, mlp]"], "clients of one architecture"),
 ], ids=["moon", "fedhkd-code", "heterogeneous"])
 def test_methods_it_cannot_batch_are_refused_in_one_line(overrides: list[str], refusal: str, data_dir: Path,
