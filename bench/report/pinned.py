@@ -51,6 +51,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from bench import kernel_level_name, parse_cpu_kernels
 from bench.config import describe_validation
 from bench.errors import BenchError
 from bench.fileio import write_json
@@ -105,6 +106,16 @@ class PinnedFile(_Strict):
 def default_pinned_path(params_file: Path, suite_name: str) -> Path:
     """``reports/pinned/<suite>.json`` beside the params file (committed with it)."""
     return Path(params_file).parent / "reports" / "pinned" / f"{suite_name}.json"
+
+
+def pinned_kernels(path: Path) -> str | None:
+    """The CPU kernels a pinned file's runs were trained at (its ``cpu_kernels``, as provenance writes them);
+    None without a readable file or that record (``bench compare`` reports a broken file)."""
+    try:
+        value = json.loads(Path(path).read_text()).get("environment", {}).get("cpu_kernels")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return value if isinstance(value, str) else None
 
 
 def fingerprint(environment: dict, fields: tuple[str, ...] = FINGERPRINT) -> tuple[str, ...]:
@@ -299,6 +310,19 @@ class Comparison:
     removed: tuple[str, ...] = ()  # pinned method/setting pairs the suite no longer has
     partitions: tuple[PartitionCheck, ...] = ()  # the saved partitions of the settings compared
     pinned_exists: bool = True  # False: no pinned file at the default path (nothing pinned)
+    other_kernels: tuple[tuple[str, int], ...] = ()  # (CPU kernels, runs) of runs trained at other kernels than the pins
+
+    def kernels_line(self) -> list[str]:
+        """One line when runs were trained at other CPU kernels than the pinned runs: they compare within the
+        tolerance, never bitwise, and how to compare them bitwise."""
+        if not self.other_kernels:
+            return []
+        pinned = str(self.pinned.environment.get("cpu_kernels"))
+        runs = ", ".join(f"{n} at {kernel_level_name(k)}" for k, n in self.other_kernels)
+        return [f"CPU kernels: runs trained at other kernels than the pins ({runs}; pinned at "
+                f"{kernel_level_name(pinned)}: {pinned}) compare within the pinned tolerance, not bitwise; to "
+                "compare them bitwise, re-train them at the pins' kernels (`bench suite train` does, unless "
+                "BENCH_CPU_KERNELS or a kernel variable is set)"]
 
     @property
     def failures(self) -> list[Row]:
@@ -396,7 +420,8 @@ class Comparison:
         widths = [max(len(row[i]) for row in table) for i in range(len(header) - 1)]
         lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths)) + "  " + row[-1] for row in table]
         partitions = ["", *(c.line() for c in self.partitions)] if self.partitions else []
-        return "\n".join([*lines, *partitions, "", self.summary_line(), *self.findings(), *self.advice()])
+        return "\n".join([*lines, *partitions, "", self.summary_line(), *self.kernels_line(), *self.findings(),
+                          *self.advice()])
 
     def summary(self, table: Path | str | None = None, limit: int = SHORT_LIMIT) -> str:
         """The summary line and what failed, without the table (for a log); ``table``: where the full one is."""
@@ -405,7 +430,7 @@ class Comparison:
         if len(findings) > limit:
             more = f"  ... and {len(findings) - limit} more" + (f" in {table}" if table else "")
             findings = [*findings[:limit], more]
-        return "\n".join([self.summary_line() + where, *findings, *self.advice()])
+        return "\n".join([self.summary_line() + where, *self.kernels_line(), *findings, *self.advice()])
 
 
 def compare(suite: Suite, path: Path, data_dir: Path | None = None, required: bool = True) -> Comparison:
@@ -482,4 +507,14 @@ def compare(suite: Suite, path: Path, data_dir: Path | None = None, required: bo
         trained.setdefault(setting, set()).update([recorded] if recorded else [])
     partitions = tuple(check_partitions(suite, [s for s in settings if s in trained], data_dir, trained))
     return Comparison(Path(path), pinned, rows, repro_command(suite, produce) if produce else None, removed,
-                      partitions, exists)
+                      partitions, exists, other_kernels(pinned, list(found.values())))
+
+
+def other_kernels(pinned: PinnedFile, records: list[RunRecord]) -> tuple[tuple[str, int], ...]:
+    """How many runs were trained at each CPU-kernel setting other than the pinned runs' (none when the file
+    does not record its kernels)."""
+    ours = pinned.environment.get("cpu_kernels")
+    if not isinstance(ours, str):
+        return ()
+    levels = [str(r.provenance.get("cpu_kernels", "native")) for r in records]
+    return tuple((k, levels.count(k)) for k in sorted(set(levels)) if parse_cpu_kernels(k) != parse_cpu_kernels(ours))
