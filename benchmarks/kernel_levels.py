@@ -6,7 +6,8 @@ with nothing but that setting's variables: ``native`` (the libraries' own choice
 ``MKL_CBWR=COMPATIBLE``), and the whole level. A process times, single-threaded as the runs are, every
 convolution, linear layer and BatchNorm of each model at the input shape the model gives it in training
 (forward and backward apart, summed per kind), and one whole training step (forward, backward, SGD) at
-batch 32. The settings are interleaved — each repetition runs every setting once, in rotated order — and
+batch 32. Times are the thread's CPU time (``time.thread_time``), so that other jobs on a shared machine
+slow the figures less than they would wall times. The settings are interleaved — each repetition runs every setting once, in rotated order — and
 each figure is the median over repetitions of the ratio to the same repetition's native time, since the
 machine is shared and its speed drifts between processes.
 
@@ -41,7 +42,8 @@ KINDS = ("Conv2d", "Linear", "BatchNorm2d", "BatchNorm1d")
 
 
 def _time_layers(model, x, budget_s: float) -> dict[str, float]:
-    """Seconds per call, summed per layer kind and direction, for every layer of ``model`` at its input shape."""
+    """CPU seconds per call (median), summed per layer kind and direction, for every layer of ``model`` at its
+    input shape; each layer timed for at least ``budget_s`` CPU seconds."""
     import torch
 
     shapes: list[tuple[torch.nn.Module, torch.Size]] = []
@@ -55,13 +57,13 @@ def _time_layers(model, x, budget_s: float) -> dict[str, float]:
         inp = torch.randn(shape, requires_grad=True)
         y = layer(inp)
         grad = torch.randn_like(y)
-        fwd, bwd, n, start = [], [], 0, time.perf_counter()
-        while n < 5 or time.perf_counter() - start < budget_s:
-            t0 = time.perf_counter()
+        fwd, bwd, n, start = [], [], 0, time.thread_time()
+        while n < 5 or time.thread_time() - start < budget_s:
+            t0 = time.thread_time()
             y = layer(inp)
-            t1 = time.perf_counter()
+            t1 = time.thread_time()
             y.backward(grad)
-            t2 = time.perf_counter()
+            t2 = time.thread_time()
             fwd.append(t1 - t0)
             bwd.append(t2 - t1)
             n += 1
@@ -74,21 +76,21 @@ def _time_layers(model, x, budget_s: float) -> dict[str, float]:
 
 
 def _time_step(model, x, y, budget_s: float) -> float:
-    """Median seconds of one training step: forward, cross-entropy, backward, SGD step."""
+    """Median CPU seconds of one training step: forward, cross-entropy, backward, SGD step."""
     import torch
     import torch.nn.functional as F
 
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    times, start = [], time.perf_counter()
-    while len(times) < 5 or time.perf_counter() - start < budget_s:
-        t0 = time.perf_counter()
+    times, start = [], time.thread_time()
+    while len(times) < 5 or time.thread_time() - start < budget_s:
+        t0 = time.thread_time()
         out = model(x)
         logits = out[1] if isinstance(out, tuple) else out
         loss = F.cross_entropy(logits, y)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
-        times.append(time.perf_counter() - t0)
+        times.append(time.thread_time() - t0)
     return statistics.median(times)
 
 
@@ -137,7 +139,7 @@ def main() -> None:
     cpu = resource.getrusage(resource.RUSAGE_CHILDREN)
     capabilities = {s: reps[0][s]["capability"] for s in names}
     print(f"CPU kernels dispatched: {', '.join(f'{s}: {c}' for s, c in capabilities.items())}\n")
-    print(f"| model | measured | native (ms) | {' | '.join(names[1:])} |")
+    print(f"| model | measured | native (ms CPU) | {' | '.join(names[1:])} |")
     print("|---|---|---|" + "---|" * (len(names) - 1))
     for model in args.models:
         for key in reps[0]["native"]["times"][model]:
