@@ -12,10 +12,12 @@ finite (a target never reached) is not pinned.
 
 - **Same environment: exact.** When a run's fingerprint (machine, the processor (``cpu``: vendor,
   family, model, stepping, caches, a digest of its flags), the CPU kernels torch dispatches to and the
-  kernel pinning in force (``bench/__init__.py``), torch version, uv.lock sha256, Python minor version)
+  kernel variables in force (``cpu_kernels``: the level, ``bench/__init__.py``), torch version, uv.lock sha256, Python minor version)
   equals the pinned one, its values must be bitwise equal: runs are
   deterministic (one seed per run, spawned RNG streams, deterministic kernels, single-threaded,
-  fixed aggregation order), so any difference is a change in code or config, not noise.
+  fixed aggregation order), so any difference is a change in code or config, not noise. Runs at another
+  kernel level than the pins (native runs against portable pins) are never compared bitwise, and
+  :meth:`Comparison.kernels_line` says so.
 - **Other environments: absolute tolerance** (fields of the file; defaults below). The kernel pinning
   does not make every processor compute the same bits: the default suite's pins, made on one host,
   re-trained on an AMD family-26 host with the pinning code itself gave other bits (FedGen, Dirichlet
