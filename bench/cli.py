@@ -539,6 +539,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     try:
+        _check_kernel_level()
         args = build_parser().parse_args(argv)
         return args.func(args)
     except BenchError as exc:
@@ -550,6 +551,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+
+
+def _check_kernel_level() -> None:
+    from bench import CPU_KERNELS
+
+    level = os.environ.get("BENCH_CPU_KERNELS")
+    if level is not None and level.strip().lower() not in CPU_KERNELS:
+        raise BenchError(f"BENCH_CPU_KERNELS={level} is not a CPU-kernel level; set it to "
+                         f"{' or '.join(CPU_KERNELS)}, or unset it (native)")
 
 
 def entry() -> None:

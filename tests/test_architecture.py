@@ -125,6 +125,16 @@ def test_bench_takes_native_cpu_kernels_unless_portable_is_asked() -> None:
     assert probed(BENCH_CPU_KERNELS="portable", MKL_CBWR="AVX2") == ["AVX2", "AVX2"]
 
 
+def test_an_unknown_kernel_level_is_one_clear_error(monkeypatch: pytest.MonkeyPatch,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    from bench.cli import main
+
+    monkeypatch.setenv("BENCH_CPU_KERNELS", "fast")
+    assert main(["algorithms"]) == 2
+    assert capsys.readouterr().err == ("error: BENCH_CPU_KERNELS=fast is not a CPU-kernel level; set it to portable "
+                                       "or native, or unset it (native)\n")
+
+
 def test_cpu_kernels_are_written_and_read_as_provenance_records_them() -> None:
     from bench import CPU_KERNELS, describe_cpu_kernels, kernel_level_name, parse_cpu_kernels
 
