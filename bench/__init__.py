@@ -44,10 +44,14 @@ def describe_cpu_kernels(variables: Mapping[str, str]) -> str:
     return " ".join(f"{k}={variables[k]}" for k in sorted(variables) if k in CPU_KERNEL_VARIABLES) or "native"
 
 
-def parse_cpu_kernels(text: str) -> dict[str, str]:
+def parse_cpu_kernels(text: str) -> dict[str, str] | None:
     """The kernel variables a provenance's or pinned file's ``cpu_kernels`` names (inverse of
-    :func:`describe_cpu_kernels`)."""
-    return {} if text.strip() == "native" else dict(item.split("=", 1) for item in text.split())
+    :func:`describe_cpu_kernels`); None when it names none (``unknown``: recorded before they were)."""
+    if text.strip() == "native":
+        return {}
+    items = [item.split("=", 1) for item in text.split()]
+    return {k: v for k, v in items} if items and all(len(i) == 2 and i[0] in CPU_KERNEL_VARIABLES
+                                                     for i in items) else None
 
 
 def cpu_kernels_in_force() -> dict[str, str]:

@@ -144,3 +144,4 @@ def test_cpu_kernels_are_written_and_read_as_provenance_records_them() -> None:
     assert parse_cpu_kernels(portable) == CPU_KERNELS["portable"]
     assert (kernel_level_name(portable), kernel_level_name("native")) == ("portable", "native")
     assert kernel_level_name("MKL_CBWR=AVX2") == "MKL_CBWR=AVX2"  # neither level: the variables themselves
+    assert parse_cpu_kernels("unknown") is None  # a record from before the variables were recorded

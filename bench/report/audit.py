@@ -246,8 +246,9 @@ class Audit:
                        f"({prov.get('cpu_kernels')}); device {prov.get('device')}; Python {prov.get('python')}; "
                        f"{prov.get('platform')}")
             pinned_kernels = self.pinned.environment.get("cpu_kernels") if self.pinned is not None else None
-            if isinstance(pinned_kernels, str) and parse_cpu_kernels(pinned_kernels) != parse_cpu_kernels(
-                    kernels := str(prov.get("cpu_kernels", "native"))):
+            kernels = str(prov.get("cpu_kernels", "native"))
+            if isinstance(pinned_kernels, str) and parse_cpu_kernels(pinned_kernels) is not None \
+                    and parse_cpu_kernels(pinned_kernels) != parse_cpu_kernels(kernels):
                 out.append(f"  kernels  trained at CPU kernels {kernel_level_name(kernels)}, pinned at "
                            f"{kernel_level_name(pinned_kernels)}: compared within the pinned tolerance, not bitwise "
                            f"(a run at the pins' kernels compares bitwise: BENCH_CPU_KERNELS="

@@ -117,7 +117,7 @@ def pinned_kernels(path: Path) -> str | None:
         value = json.loads(Path(path).read_text()).get("environment", {}).get("cpu_kernels")
     except (OSError, ValueError, AttributeError):
         return None
-    return value if isinstance(value, str) else None
+    return value if isinstance(value, str) and parse_cpu_kernels(value) is not None else None
 
 
 def fingerprint(environment: dict, fields: tuple[str, ...] = FINGERPRINT) -> tuple[str, ...]:
@@ -516,7 +516,7 @@ def other_kernels(pinned: PinnedFile, records: list[RunRecord]) -> tuple[tuple[s
     """How many runs were trained at each CPU-kernel setting other than the pinned runs' (none when the file
     does not record its kernels)."""
     ours = pinned.environment.get("cpu_kernels")
-    if not isinstance(ours, str):
+    if not isinstance(ours, str) or parse_cpu_kernels(ours) is None:
         return ()
     levels = [str(r.provenance.get("cpu_kernels", "native")) for r in records]
     return tuple((k, levels.count(k)) for k in sorted(set(levels)) if parse_cpu_kernels(k) != parse_cpu_kernels(ours))

@@ -155,7 +155,8 @@ class Executor:
     @property
     def switches_kernels(self) -> bool:
         """Whether the runs take other CPU kernels than this process's."""
-        return self.cpu_kernels is not None and parse_cpu_kernels(self.cpu_kernels) != cpu_kernels_in_force()
+        wanted = None if self.cpu_kernels is None else parse_cpu_kernels(self.cpu_kernels)
+        return wanted is not None and wanted != cpu_kernels_in_force()
 
     def describe(self) -> str:
         where = (f"Ray ({self.ray_address or f'local cluster, {self.jobs} CPUs'})" if self.kind == "ray" else

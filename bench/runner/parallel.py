@@ -31,8 +31,8 @@ def run_many(requests: list[RunRequest], executor: Executor | int = 1, on_round:
     this process's (``executor.cpu_kernels``) run in processes started at those kernels."""
     if isinstance(executor, int):
         executor = Executor("serial" if executor <= 1 else "processes", executor)
-    switch = executor.cpu_kernels if executor.switches_kernels else None
-    with cpu_kernels_for_children(parse_cpu_kernels(switch)) if switch is not None else contextlib.nullcontext():
+    switch = parse_cpu_kernels(executor.cpu_kernels) if executor.switches_kernels and executor.cpu_kernels else None
+    with cpu_kernels_for_children(switch) if switch is not None else contextlib.nullcontext():
         outcomes = _outcomes(requests, executor, on_round, on_done)
     failures = [o.message for o in outcomes if isinstance(o, Failure) and not o.diverged]
     if failures:
@@ -77,10 +77,11 @@ def _outcomes(requests: list[RunRequest], executor: Executor, on_round: RoundFn 
 def run_at_kernels(request: RunRequest, cpu_kernels: str) -> dict[str, Any]:
     """One run, not logged to MLflow, at the CPU kernels ``cpu_kernels`` (as provenance writes them): in this
     process when they are its own, else in one process started at them. Raises what the run raised, or
-    :class:`BenchError` with a started process's failure."""
-    if parse_cpu_kernels(cpu_kernels) == cpu_kernels_in_force():
+    :class:`BenchError` with a started process's failure. Kernels that name no variables (``unknown``) run here."""
+    wanted = parse_cpu_kernels(cpu_kernels)
+    if wanted is None or wanted == cpu_kernels_in_force():
         return run_experiment(request, mlflow=False)
-    with cpu_kernels_for_children(parse_cpu_kernels(cpu_kernels)), ProcessPoolExecutor(
+    with cpu_kernels_for_children(wanted), ProcessPoolExecutor(
             max_workers=1, mp_context=multiprocessing.get_context("spawn")) as pool:
         outcome = pool.submit(run_quiet, request).result()
     if isinstance(outcome, Failure):
