@@ -1,14 +1,18 @@
 """fkd-bench: a reproducibility benchmark suite for federated knowledge distillation.
 
-Importing the package pins the CPU kernels torch, oneDNN and MKL may use — before torch computes
-anything — so that every x86-64 machine with AVX2, Intel or AMD, computes the same bits: ATen's and
-oneDNN's kernels at the AVX2 level (an AVX-512 machine otherwise rounds differently), and MKL in its
-``COMPATIBLE`` conditional-numerical-reproducibility branch. MKL's AVX2 branch is not enough: it runs
-other code on AMD than on Intel processors (measured: the default suite's linear layers and their
-gradients differ between an emulated EPYC and an emulated Haswell; in the COMPATIBLE branch the two
-and this project's AVX-512 Xeon agree bitwise; docs/determinism.md "CPU kernels"). ``BENCH_CPU_KERNELS=native``
-leaves the libraries to pick; variables already set are kept. The level in force is recorded in every
-run's provenance (``cpu_capability``, ``cpu_kernels``).
+CPU kernels come at two levels (docs/determinism.md "CPU kernels"; their cost: docs/performance.md):
+
+- ``native`` (the default): torch, oneDNN and MKL pick the fastest kernels of the processor.
+- ``portable``: ATen's and oneDNN's kernels at the AVX2 level and MKL in its ``COMPATIBLE``
+  conditional-numerical-reproducibility branch. It was meant to make every x86-64 machine with AVX2
+  compute the same bits; it does not (two AMD hosts differ from round 1), and it costs 1.3-1.7x. The
+  pinned suites were pinned under it, so they keep training under it: ``bench suite train`` runs a
+  suite at the level its pinned file records (:func:`bench.runner.parallel.run_many`), and ``bench
+  audit --rerun`` re-runs a run at the level it recorded.
+
+``BENCH_CPU_KERNELS=portable|native`` chooses the level of a process (and of what it starts), set on
+import here, before torch computes anything; variables already set are kept. The variables in force
+are recorded in every run's provenance (``cpu_kernels``: ``native`` when none is set).
 
 :func:`exit_without_teardown` ends the project's own processes (the ``bench`` command, its helpers).
 """
@@ -17,6 +21,7 @@ import contextlib
 import os
 import sys
 import threading
+from collections.abc import Iterator, Mapping
 from typing import NoReturn
 
 CPU_KERNELS = {"portable": {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2", "MKL_CBWR": "COMPATIBLE"},
@@ -26,12 +31,56 @@ CPU_KERNEL_VARIABLES = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "MKL_CBWR",
 
 
 def _pin_cpu_kernels() -> None:
-    level = os.environ.get("BENCH_CPU_KERNELS", "portable").strip().lower()
-    for key, value in CPU_KERNELS.get(level, CPU_KERNELS["portable"]).items():
+    level = os.environ.get("BENCH_CPU_KERNELS", "native").strip().lower()
+    for key, value in CPU_KERNELS.get(level, {}).items():
         os.environ.setdefault(key, value)
 
 
 _pin_cpu_kernels()
+
+
+def describe_cpu_kernels(variables: Mapping[str, str]) -> str:
+    """The kernel variables as provenance records them: ``A=a B=b`` sorted, ``native`` when none is set."""
+    return " ".join(f"{k}={variables[k]}" for k in sorted(variables) if k in CPU_KERNEL_VARIABLES) or "native"
+
+
+def parse_cpu_kernels(text: str) -> dict[str, str] | None:
+    """The kernel variables a provenance's or pinned file's ``cpu_kernels`` names (inverse of
+    :func:`describe_cpu_kernels`); None when it names none (``unknown``: recorded before they were)."""
+    if text.strip() == "native":
+        return {}
+    items = [item.split("=", 1) for item in text.split()]
+    return {k: v for k, v in items} if items and all(len(i) == 2 and i[0] in CPU_KERNEL_VARIABLES
+                                                     for i in items) else None
+
+
+def cpu_kernels_in_force() -> dict[str, str]:
+    """The kernel variables of this process's environment (what the processes it starts inherit)."""
+    return {k: os.environ[k] for k in CPU_KERNEL_VARIABLES if k in os.environ}
+
+
+def kernel_level_name(text: str) -> str:
+    """``native``, ``portable`` or the variables themselves, for a ``cpu_kernels`` value."""
+    variables = parse_cpu_kernels(text)
+    return next((name for name, level in CPU_KERNELS.items() if level == variables), text)
+
+
+@contextlib.contextmanager
+def cpu_kernels_for_children(variables: Mapping[str, str]) -> Iterator[None]:
+    """Processes started inside the block run at exactly these kernel variables (``BENCH_CPU_KERNELS`` set
+    to ``native`` so that their import of ``bench`` adds none); this process's own kernels, chosen when
+    torch first computed, do not change."""
+    keys = (*CPU_KERNEL_VARIABLES, "BENCH_CPU_KERNELS")
+    saved = {k: os.environ[k] for k in keys if k in os.environ}
+    for k in keys:
+        os.environ.pop(k, None)
+    os.environ.update({**variables, "BENCH_CPU_KERNELS": "native"})
+    try:
+        yield
+    finally:
+        for k in keys:
+            os.environ.pop(k, None)
+        os.environ.update(saved)
 
 
 def exit_without_teardown(code: int) -> NoReturn:

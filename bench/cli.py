@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -170,6 +171,8 @@ def _suite_figures(args: argparse.Namespace) -> int:
 
 
 def _suite_train(args: argparse.Namespace) -> int:
+    from bench import CPU_KERNEL_VARIABLES
+    from bench.report.pinned import default_pinned_path, pinned_kernels
     from bench.runner.executor import Executor, Failure
     from bench.runner.parallel import run_many
 
@@ -185,9 +188,13 @@ def _suite_train(args: argparse.Namespace) -> int:
     from bench.runner.progress import SuiteProgress
 
     section = suite.params.suite
+    # a pinned suite trains at the CPU kernels of its pins (so that `bench compare` can be exact), unless the
+    # environment chooses kernels itself
+    chosen = any(k in os.environ for k in ("BENCH_CPU_KERNELS", *CPU_KERNEL_VARIABLES))
+    kernels = None if chosen else pinned_kernels(default_pinned_path(args.params, suite.name))
     executor = Executor(args.executor or section.executor, args.jobs or section.jobs,
                         args.ray_address or section.ray.address, section.ray.cpus_per_run, section.ray.gpus_per_run,
-                        section.ray.max_retries)
+                        section.ray.max_retries, kernels)
     print(f"suite {suite.name}: {len(requests)} runs ({', '.join(methods)}) on {executor.describe()}", flush=True)
     with SuiteProgress(suite.name, [r.config.training.rounds for r in requests]) as progress:
         def done(index: int, outcome: dict | Failure) -> None:
@@ -273,7 +280,7 @@ def _mlflow_sync(args: argparse.Namespace) -> int:
 
 def _audit(args: argparse.Namespace) -> int:
     from bench.report.audit import audit, rerun, rerun_lines
-    from bench.runner.executor import run_experiment
+    from bench.runner.parallel import run_at_kernels
 
     if args.scratch is not None and not args.scratch.is_dir():
         raise BenchError(f"--scratch {args.scratch} is not a folder; create it, or leave --scratch out (the system's "
@@ -284,7 +291,7 @@ def _audit(args: argparse.Namespace) -> int:
     if not args.rerun:
         return 1 if problems else 0
     seeds = [args.seed] if args.seed is not None else list(result.runs)
-    checks = rerun(result, seeds, args.data_dir, args.scratch, lambda request: run_experiment(request, mlflow=False))
+    checks = rerun(result, seeds, args.data_dir, args.scratch, run_at_kernels)
     print("\n".join(rerun_lines(checks)))
     return 0 if all(c.equal for c in checks) and not problems else 1
 
@@ -532,6 +539,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     try:
+        _check_kernel_level()
         args = build_parser().parse_args(argv)
         return args.func(args)
     except BenchError as exc:
@@ -543,6 +551,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+
+
+def _check_kernel_level() -> None:
+    from bench import CPU_KERNELS
+
+    level = os.environ.get("BENCH_CPU_KERNELS")
+    if level is not None and level.strip().lower() not in CPU_KERNELS:
+        raise BenchError(f"BENCH_CPU_KERNELS={level} is not a CPU-kernel level; set it to "
+                         f"{' or '.join(CPU_KERNELS)}, or unset it (native)")
 
 
 def entry() -> None:

@@ -103,9 +103,9 @@ def test_no_bench_module_imports_a_paper_plug_in() -> None:
 @pytest.mark.skipif(platform.machine().lower() not in ("x86_64", "amd64"),
                     reason="the portable kernels are x86-64's AVX2 level and MKL's COMPATIBLE branch; "
                            f"{platform.machine()} has neither")
-def test_importing_bench_pins_portable_cpu_kernels() -> None:
-    """Every x86-64 machine with AVX2 takes the same kernels (bench/__init__.py): ATen at AVX2 and MKL in
-    its vendor-independent COMPATIBLE branch; native on request."""
+def test_bench_takes_native_cpu_kernels_unless_portable_is_asked() -> None:
+    """Importing bench leaves the libraries their fastest kernels (bench/__init__.py); BENCH_CPU_KERNELS=portable
+    takes ATen at AVX2 and MKL in its vendor-independent COMPATIBLE branch; variables already set are kept."""
     import subprocess
     import sys
 
@@ -114,9 +114,34 @@ def test_importing_bench_pins_portable_cpu_kernels() -> None:
     probe = ("import os, bench, torch; torch.ones(2) + 1; "
              "print(torch.backends.cpu.get_cpu_capability(), os.environ.get('MKL_CBWR'))")
     env = {k: v for k, v in __import__("os").environ.items() if k not in (*CPU_KERNEL_VARIABLES, "BENCH_CPU_KERNELS")}
-    pinned = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True)
-    native = subprocess.run([sys.executable, "-c", probe], env={**env, "BENCH_CPU_KERNELS": "native"},
-                            capture_output=True, text=True, check=True)
-    assert pinned.stdout.split() == ["AVX2", "COMPATIBLE"]
-    capability, cbwr = native.stdout.split()
+
+    def probed(**variables: str) -> list[str]:
+        return subprocess.run([sys.executable, "-c", probe], env={**env, **variables}, capture_output=True, text=True,
+                              check=True).stdout.split()
+
+    capability, cbwr = probed()
     assert capability in ("AVX2", "AVX512", "DEFAULT") and cbwr == "None"
+    assert probed(BENCH_CPU_KERNELS="portable") == ["AVX2", "COMPATIBLE"]
+    assert probed(BENCH_CPU_KERNELS="portable", MKL_CBWR="AVX2") == ["AVX2", "AVX2"]
+
+
+def test_an_unknown_kernel_level_is_one_clear_error(monkeypatch: pytest.MonkeyPatch,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    from bench.cli import main
+
+    monkeypatch.setenv("BENCH_CPU_KERNELS", "fast")
+    assert main(["algorithms"]) == 2
+    assert capsys.readouterr().err == ("error: BENCH_CPU_KERNELS=fast is not a CPU-kernel level; set it to portable "
+                                       "or native, or unset it (native)\n")
+
+
+def test_cpu_kernels_are_written_and_read_as_provenance_records_them() -> None:
+    from bench import CPU_KERNELS, describe_cpu_kernels, kernel_level_name, parse_cpu_kernels
+
+    portable = describe_cpu_kernels(CPU_KERNELS["portable"])
+    assert portable == "ATEN_CPU_CAPABILITY=avx2 MKL_CBWR=COMPATIBLE ONEDNN_MAX_CPU_ISA=AVX2"
+    assert describe_cpu_kernels({}) == "native" and parse_cpu_kernels("native") == {}
+    assert parse_cpu_kernels(portable) == CPU_KERNELS["portable"]
+    assert (kernel_level_name(portable), kernel_level_name("native")) == ("portable", "native")
+    assert kernel_level_name("MKL_CBWR=AVX2") == "MKL_CBWR=AVX2"  # neither level: the variables themselves
+    assert parse_cpu_kernels("unknown") is None  # a record from before the variables were recorded

@@ -2,6 +2,7 @@
 bitwise-identical records; a Ray task whose worker dies resumes; a shared MLflow server loses nothing."""
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -165,3 +166,21 @@ def test_the_round_listener_stops_quietly_when_the_queue_manager_is_gone() -> No
 
     listen(DeadManagerQueue(), lambda index, rnd: heard.append((index, rnd)))
     assert heard == [(0, "round 1"), (1, "round 1")]
+
+
+def test_a_run_at_other_cpu_kernels_runs_in_a_process_started_at_them(data_dir: Path, tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """What `bench audit --rerun` relies on: a run re-executed at the kernels its record names, whatever this
+    process's; at this process's own kernels it runs here."""
+    from bench import CPU_KERNEL_VARIABLES
+    from bench.runner.parallel import run_at_kernels
+
+    for key in (*CPU_KERNEL_VARIABLES, "BENCH_CPU_KERNELS"):
+        monkeypatch.delenv(key, raising=False)
+    portable = "ATEN_CPU_CAPABILITY=avx2 MKL_CBWR=COMPATIBLE ONEDNN_MAX_CPU_ISA=AVX2"
+    request = _requests(tmp_path, data_dir, rounds=1)[0]
+    runs = {level: RunRequest(request.config, tmp_path / level, data_dir) for level in ("native", portable)}
+    for level, run in runs.items():
+        run_at_kernels(run, level)
+        assert json.loads((run.out_dir / "provenance.json").read_text())["cpu_kernels"] == level
+    assert os.environ.get("MKL_CBWR") is None  # this process's environment is left as it was

@@ -166,6 +166,55 @@ def test_only_runs_on_the_pinned_processor_compare_bitwise(suite_root: Path, tmp
     assert bench(suite_root, "compare", "--pinned", str(pinned)) == 0
 
 
+PORTABLE = "ATEN_CPU_CAPABILITY=avx2 MKL_CBWR=COMPATIBLE ONEDNN_MAX_CPU_ISA=AVX2"
+
+
+def test_runs_at_other_cpu_kernels_than_the_pins_compare_within_the_tolerance_and_say_so(
+        suite_root: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A pin records its CPU kernels; native runs against portable pins are never compared bitwise, and
+    compare says so in one line with the fix; runs at the pins' kernels compare bitwise and say nothing."""
+    pinned = tmp_path / "pinned.json"
+    assert bench(suite_root, "pin", "--out", str(pinned)) == 0
+    data = json.loads(pinned.read_text())
+    assert data["environment"]["cpu_kernels"] == "native" and "cpu_kernels" in data["tolerance"]["fingerprint"]
+    data["values"]["fedavg"]["iid"]["seeds"]["0"]["values"]["final_global_acc"] += 0.03
+    pinned.write_text(json.dumps(data))
+    capsys.readouterr()
+    assert bench(suite_root, "compare", "--pinned", str(pinned)) == 1  # the pins' kernels: exact
+    assert "CPU kernels:" not in capsys.readouterr().out
+    data["environment"]["cpu_kernels"] = PORTABLE
+    pinned.write_text(json.dumps(data))
+    assert bench(suite_root, "compare", "--pinned", str(pinned)) == 0  # other kernels: the tolerance
+    out = capsys.readouterr().out
+    assert "CPU kernels: runs trained at other kernels than the pins (" in out
+    assert (f" at native; pinned at portable: {PORTABLE}) compare within the pinned tolerance, not bitwise; to compare them bitwise, re-train them at the pins' "
+            "kernels") in out
+
+
+def test_a_pinned_suite_trains_at_its_pins_cpu_kernels(suite_root: Path, tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """`bench suite train` of a suite pinned at portable kernels trains its runs at them (in started processes,
+    this one being native), so that its stage's compare stays exact; without a pin, or when the environment
+    chooses kernels, the runs take this process's."""
+    from bench import CPU_KERNEL_VARIABLES
+
+    for key in (*CPU_KERNEL_VARIABLES, "BENCH_CPU_KERNELS"):
+        monkeypatch.delenv(key, raising=False)
+    root = tmp_path / "suite"
+    shutil.copytree(suite_root, root, ignore=shutil.ignore_patterns("results", "reports"))
+    assert bench(suite_root, "pin", "--out", str(root / "reports" / "pinned" / "tiny.json")) == 0
+    path = root / "reports" / "pinned" / "tiny.json"
+    path.write_text(path.read_text().replace('"cpu_kernels": "native"', f'"cpu_kernels": "{PORTABLE}"'))
+    common = ["--params", str(root / "params.yaml"), "--data-dir", str(root / "data")]
+    assert main(["suite", "train", *common, "--method", "fedavg", "-S", "suite.base.training.rounds=1"]) == 0
+    recorded = {json.loads(p.read_text())["cpu_kernels"] for p in (root / "results/tiny/fedavg").rglob("provenance.json")}
+    assert recorded == {PORTABLE}
+    monkeypatch.setenv("BENCH_CPU_KERNELS", "native")  # the environment's choice wins
+    assert main(["suite", "train", *common, "--method", "standalone", "-S", "suite.base.training.rounds=1"]) == 0
+    recorded = {json.loads(p.read_text())["cpu_kernels"] for p in (root / "results/tiny/standalone").rglob("provenance.json")}
+    assert recorded == {"native"}
+
+
 def _forge(folder: Path) -> None:
     """Swap two training indices of a saved partition and rewrite the sha256 its partition.json records."""
     import numpy as np

@@ -95,6 +95,7 @@ def test_timing_sums_the_processes_of_a_resumed_run_and_names_this_ones_own(data
     assert timing["processes"] == 2 and timing["wall_time_s"] > timing["process_wall_time_s"] > 0
     assert timing["wall_time_s"] >= timing["train_time_s"] + timing["eval_time_s"] + timing["checkpoint_time_s"]
     assert timing["checkpoint_time_s"] > 0  # rounds 1 and 2 were checkpointed in the first process
+    assert 0 < timing["cpu_time_s"] <= timing["wall_time_s"] + 0.05  # single-threaded: CPU time within wall time
 
 
 def test_checkpoint_of_another_config_is_ignored_and_said(data_dir: Path, tmp_path: Path) -> None:

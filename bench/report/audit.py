@@ -26,6 +26,7 @@ from pathlib import Path
 
 import yaml
 
+from bench import kernel_level_name, parse_cpu_kernels
 from bench.config import read_yaml_mapping
 from bench.data.prepared import load_prepared
 from bench.data.registry import prepared_dir
@@ -244,6 +245,14 @@ class Audit:
             out.append(f"  env      torch {prov.get('torch')}; CPU kernels {prov.get('cpu_capability')} "
                        f"({prov.get('cpu_kernels')}); device {prov.get('device')}; Python {prov.get('python')}; "
                        f"{prov.get('platform')}")
+            pinned_kernels = self.pinned.environment.get("cpu_kernels") if self.pinned is not None else None
+            kernels = str(prov.get("cpu_kernels", "native"))
+            if isinstance(pinned_kernels, str) and parse_cpu_kernels(pinned_kernels) is not None \
+                    and parse_cpu_kernels(pinned_kernels) != parse_cpu_kernels(kernels):
+                out.append(f"  kernels  trained at CPU kernels {kernel_level_name(kernels)}, pinned at "
+                           f"{kernel_level_name(pinned_kernels)}: compared within the pinned tolerance, not bitwise "
+                           f"(a run at the pins' kernels compares bitwise: BENCH_CPU_KERNELS="
+                           f"{kernel_level_name(pinned_kernels)})")
             out.append(f"  mlflow   {_mlflow_runs(run_dir, f'suite-{s.name}')}")
         files = ", ".join(sorted(p.name for p in partition.folder.iterdir() if p.suffix in (".json", ".npy"))) \
             if partition.folder.is_dir() else "none"
@@ -411,8 +420,9 @@ def compare_records(recorded: Path, rerun: Path) -> tuple[int, int, str | None]:
 
 
 def rerun(result: Audit, seeds: list[int], data_dir: Path | None, scratch: Path | None,
-          execute: Callable[[RunRequest], object]) -> list[Rerun]:
-    """Re-execute the cell's runs of ``seeds`` in a scratch folder and compare their records bitwise."""
+          execute: Callable[[RunRequest, str], object]) -> list[Rerun]:
+    """Re-execute the cell's runs of ``seeds`` in a scratch folder, each at the CPU kernels its record names
+    (``execute(request, cpu_kernels)``), and compare their records bitwise."""
     c, suite = result.cell, result.suite
     out = []
     for seed in seeds:
@@ -427,7 +437,8 @@ def rerun(result: Audit, seeds: list[int], data_dir: Path | None, scratch: Path 
                              "would not be the same run (restore the params, or `dvc repro` and audit again)")
         folder = Path(tempfile.mkdtemp(prefix=f"audit-{c.method}-{c.setting}-seed{seed}-", dir=scratch))
         partition = suite.partition_dir(c.setting)
-        execute(RunRequest(config, folder, data_dir, partition if (partition / "partition.json").exists() else None))
+        execute(RunRequest(config, folder, data_dir, partition if (partition / "partition.json").exists() else None),
+                str(record.provenance.get("cpu_kernels", "native")))
         values, differing, first = compare_records(record.run_dir / "records.csv", folder / "records.csv")
         again = read_run(folder)
         assert not isinstance(again, str)

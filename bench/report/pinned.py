@@ -12,10 +12,12 @@ finite (a target never reached) is not pinned.
 
 - **Same environment: exact.** When a run's fingerprint (machine, the processor (``cpu``: vendor,
   family, model, stepping, caches, a digest of its flags), the CPU kernels torch dispatches to and the
-  kernel pinning in force (``bench/__init__.py``), torch version, uv.lock sha256, Python minor version)
+  kernel variables in force (``cpu_kernels``: the level, ``bench/__init__.py``), torch version, uv.lock sha256, Python minor version)
   equals the pinned one, its values must be bitwise equal: runs are
   deterministic (one seed per run, spawned RNG streams, deterministic kernels, single-threaded,
-  fixed aggregation order), so any difference is a change in code or config, not noise.
+  fixed aggregation order), so any difference is a change in code or config, not noise. Runs at another
+  kernel level than the pins (native runs against portable pins) are never compared bitwise, and
+  :meth:`Comparison.kernels_line` says so.
 - **Other environments: absolute tolerance** (fields of the file; defaults below). The kernel pinning
   does not make every processor compute the same bits: the default suite's pins, made on one host,
   re-trained on an AMD family-26 host with the pinning code itself gave other bits (FedGen, Dirichlet
@@ -51,6 +53,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from bench import kernel_level_name, parse_cpu_kernels
 from bench.config import describe_validation
 from bench.errors import BenchError
 from bench.fileio import write_json
@@ -105,6 +108,16 @@ class PinnedFile(_Strict):
 def default_pinned_path(params_file: Path, suite_name: str) -> Path:
     """``reports/pinned/<suite>.json`` beside the params file (committed with it)."""
     return Path(params_file).parent / "reports" / "pinned" / f"{suite_name}.json"
+
+
+def pinned_kernels(path: Path) -> str | None:
+    """The CPU kernels a pinned file's runs were trained at (its ``cpu_kernels``, as provenance writes them);
+    None without a readable file or that record (``bench compare`` reports a broken file)."""
+    try:
+        value = json.loads(Path(path).read_text()).get("environment", {}).get("cpu_kernels")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return value if isinstance(value, str) and parse_cpu_kernels(value) is not None else None
 
 
 def fingerprint(environment: dict, fields: tuple[str, ...] = FINGERPRINT) -> tuple[str, ...]:
@@ -299,6 +312,19 @@ class Comparison:
     removed: tuple[str, ...] = ()  # pinned method/setting pairs the suite no longer has
     partitions: tuple[PartitionCheck, ...] = ()  # the saved partitions of the settings compared
     pinned_exists: bool = True  # False: no pinned file at the default path (nothing pinned)
+    other_kernels: tuple[tuple[str, int], ...] = ()  # (CPU kernels, runs) of runs trained at other kernels than the pins
+
+    def kernels_line(self) -> list[str]:
+        """One line when runs were trained at other CPU kernels than the pinned runs: they compare within the
+        tolerance, never bitwise, and how to compare them bitwise."""
+        if not self.other_kernels:
+            return []
+        pinned = str(self.pinned.environment.get("cpu_kernels"))
+        runs = ", ".join(f"{n} at {kernel_level_name(k)}" for k, n in self.other_kernels)
+        return [f"CPU kernels: runs trained at other kernels than the pins ({runs}; pinned at "
+                f"{kernel_level_name(pinned)}: {pinned}) compare within the pinned tolerance, not bitwise; to "
+                "compare them bitwise, re-train them at the pins' kernels (`bench suite train` does, unless "
+                "BENCH_CPU_KERNELS or a kernel variable is set)"]
 
     @property
     def failures(self) -> list[Row]:
@@ -396,7 +422,8 @@ class Comparison:
         widths = [max(len(row[i]) for row in table) for i in range(len(header) - 1)]
         lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths)) + "  " + row[-1] for row in table]
         partitions = ["", *(c.line() for c in self.partitions)] if self.partitions else []
-        return "\n".join([*lines, *partitions, "", self.summary_line(), *self.findings(), *self.advice()])
+        return "\n".join([*lines, *partitions, "", self.summary_line(), *self.kernels_line(), *self.findings(),
+                          *self.advice()])
 
     def summary(self, table: Path | str | None = None, limit: int = SHORT_LIMIT) -> str:
         """The summary line and what failed, without the table (for a log); ``table``: where the full one is."""
@@ -405,7 +432,7 @@ class Comparison:
         if len(findings) > limit:
             more = f"  ... and {len(findings) - limit} more" + (f" in {table}" if table else "")
             findings = [*findings[:limit], more]
-        return "\n".join([self.summary_line() + where, *findings, *self.advice()])
+        return "\n".join([self.summary_line() + where, *self.kernels_line(), *findings, *self.advice()])
 
 
 def compare(suite: Suite, path: Path, data_dir: Path | None = None, required: bool = True) -> Comparison:
@@ -482,4 +509,14 @@ def compare(suite: Suite, path: Path, data_dir: Path | None = None, required: bo
         trained.setdefault(setting, set()).update([recorded] if recorded else [])
     partitions = tuple(check_partitions(suite, [s for s in settings if s in trained], data_dir, trained))
     return Comparison(Path(path), pinned, rows, repro_command(suite, produce) if produce else None, removed,
-                      partitions, exists)
+                      partitions, exists, other_kernels(pinned, list(found.values())))
+
+
+def other_kernels(pinned: PinnedFile, records: list[RunRecord]) -> tuple[tuple[str, int], ...]:
+    """How many runs were trained at each CPU-kernel setting other than the pinned runs' (none when the file
+    does not record its kernels)."""
+    ours = pinned.environment.get("cpu_kernels")
+    if not isinstance(ours, str) or parse_cpu_kernels(ours) is None:
+        return ()
+    levels = [str(r.provenance.get("cpu_kernels", "native")) for r in records]
+    return tuple((k, levels.count(k)) for k in sorted(set(levels)) if parse_cpu_kernels(k) != parse_cpu_kernels(ours))

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from bench import cpu_kernels_in_force, kernel_level_name, parse_cpu_kernels
 from bench.config import ExperimentConfig
 from bench.runner.checkpoint import CheckpointPolicy, Checkpoints, Say, remove_checkpoint
 from bench.runner.federation import ProgressFn, run_federation
@@ -138,7 +139,10 @@ class Executor:
     cluster of ``jobs`` CPUs started for the suite), each declaring ``cpus_per_run`` CPUs and
     ``gpus_per_run`` GPUs (a fraction lets several small runs share a GPU) and retried up to
     ``max_retries`` times when its worker or node dies — the retry resumes from the run's last
-    checkpoint, which must therefore be on storage every node sees (see docs/scale.md)."""
+    checkpoint, which must therefore be on storage every node sees (see docs/scale.md). ``cpu_kernels``:
+    the CPU-kernel variables the runs take, as provenance writes them (``native``, or ``A=a B=b``;
+    bench/__init__.py); None: this process's. Other kernels than this process's run in started processes
+    (a serial run then in one spawned process), since a process's kernels are chosen when torch first computes."""
 
     kind: Literal["serial", "processes", "ray"] = "processes"
     jobs: int = 2
@@ -146,11 +150,18 @@ class Executor:
     cpus_per_run: float = 1.0
     gpus_per_run: float = 0.0
     max_retries: int = 3
+    cpu_kernels: str | None = None
+
+    @property
+    def switches_kernels(self) -> bool:
+        """Whether the runs take other CPU kernels than this process's."""
+        wanted = None if self.cpu_kernels is None else parse_cpu_kernels(self.cpu_kernels)
+        return wanted is not None and wanted != cpu_kernels_in_force()
 
     def describe(self) -> str:
-        if self.kind == "ray":
-            return f"Ray ({self.ray_address or f'local cluster, {self.jobs} CPUs'})"
-        return "1 process" if self.kind == "serial" or self.jobs <= 1 else f"{self.jobs} processes"
+        where = (f"Ray ({self.ray_address or f'local cluster, {self.jobs} CPUs'})" if self.kind == "ray" else
+                 "1 process" if self.kind == "serial" or self.jobs <= 1 else f"{self.jobs} processes")
+        return where + ("" if self.cpu_kernels is None else f", CPU kernels {kernel_level_name(self.cpu_kernels)}")
 
 
 def listen(rounds: Any, on_round: RoundFn) -> None:

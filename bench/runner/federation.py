@@ -268,11 +268,12 @@ def run_federation(config: ExperimentConfig, data_dir: str | Path | None = None,
     resume from the checkpoint in its folder (if it belongs to this run) and write one when its policy
     says; nothing else is written.
 
-    ``timing``: ``train_time_s``, ``eval_time_s``, ``checkpoint_time_s``, ``setup_time_s`` and ``wall_time_s``
-    are summed over the processes that ran the run (a resumed run: the earlier ones up to the checkpoint it
-    resumed from; work lost to a kill is not counted); ``process_wall_time_s`` is this process's alone;
+    ``timing``: ``train_time_s``, ``eval_time_s``, ``checkpoint_time_s``, ``setup_time_s``, ``wall_time_s`` and
+    ``cpu_time_s`` (this process's CPU time while it ran the run) are summed over the processes that ran the run
+    (a resumed run: the earlier ones up to the checkpoint it resumed from; work lost to a kill is not counted);
+    ``process_wall_time_s`` is this process's alone;
     ``processes`` counts them and ``resumed_from_round`` says where this one started."""
-    started = time.perf_counter()
+    started, cpu_started = time.perf_counter(), time.process_time()
     device = configure_torch(config.threads, config.deterministic, config.device)
     data = load_dataset(config.dataset.name, data_dir)
     partition = partition_for(config, data, partition_dir)
@@ -324,6 +325,7 @@ def run_federation(config: ExperimentConfig, data_dir: str | Path | None = None,
 
     def elapsed() -> dict[str, float]:  # the sums with this process's time so far
         return {"wall_time_s": before["wall_time_s"] + time.perf_counter() - started,
+                "cpu_time_s": before.get("cpu_time_s", 0.0) + time.process_time() - cpu_started,
                 "process_wall_time_s": time.perf_counter() - started}
 
     evaluations = algorithm.evaluations()

@@ -5,6 +5,7 @@ single-threaded by default, and outcomes are handled in the order the requests w
 """
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import threading
 from collections.abc import Iterator
@@ -12,8 +13,9 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+from bench import cpu_kernels_for_children, cpu_kernels_in_force, parse_cpu_kernels
 from bench.errors import BenchError
-from bench.runner.executor import DoneFn, Executor, Failure, RoundFn, RunRequest, listen, run_quiet
+from bench.runner.executor import DoneFn, Executor, Failure, RoundFn, RunRequest, listen, run_experiment, run_quiet
 from bench.tracking import log_mlflow
 
 
@@ -25,10 +27,21 @@ def run_many(requests: list[RunRequest], executor: Executor | int = 1, on_round:
     Workers only train and write records; this process logs every run to MLflow from those records,
     in request order, so workers never import MLflow and the store sees one writer. A diverged run
     is an outcome (its failure.json is its record; the report counts it); raises :class:`BenchError`
-    listing every run that failed otherwise, after all have finished."""
+    listing every run that failed otherwise, after all have finished. Runs at other CPU kernels than
+    this process's (``executor.cpu_kernels``) run in processes started at those kernels."""
     if isinstance(executor, int):
         executor = Executor("serial" if executor <= 1 else "processes", executor)
+    switch = parse_cpu_kernels(executor.cpu_kernels) if executor.switches_kernels and executor.cpu_kernels else None
+    with cpu_kernels_for_children(switch) if switch is not None else contextlib.nullcontext():
+        outcomes = _outcomes(requests, executor, on_round, on_done)
+    failures = [o.message for o in outcomes if isinstance(o, Failure) and not o.diverged]
+    if failures:
+        raise BenchError(f"{len(failures)} of {len(requests)} runs failed:\n  " + "\n  ".join(failures))
+    return [o for o in outcomes if isinstance(o, dict)]
 
+
+def _outcomes(requests: list[RunRequest], executor: Executor, on_round: RoundFn | None,
+              on_done: DoneFn | None) -> list[dict[str, Any] | Failure]:
     def record(outcomes: Iterator[dict[str, Any] | Failure]) -> list[dict[str, Any] | Failure]:
         done = []
         for index, (request, outcome) in enumerate(zip(requests, outcomes)):  # logging overlaps the runs still going
@@ -44,11 +57,12 @@ def run_many(requests: list[RunRequest], executor: Executor | int = 1, on_round:
 
         with ray_outcomes(requests, executor, on_round) as outcomes_in_order:
             outcomes = record(outcomes_in_order)
-    elif executor.kind == "serial" or executor.jobs <= 1 or len(requests) <= 1:
+    elif not executor.switches_kernels and (executor.kind == "serial" or executor.jobs <= 1 or len(requests) <= 1):
         outcomes = record(run_quiet(r, i, _Direct(on_round) if on_round else None) for i, r in enumerate(requests))
     else:
+        jobs = 1 if executor.kind == "serial" else min(executor.jobs, len(requests))
         with multiprocessing.Manager() as manager, ProcessPoolExecutor(
-                max_workers=executor.jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+                max_workers=max(jobs, 1), mp_context=multiprocessing.get_context("spawn")) as pool:
             rounds = manager.Queue() if on_round else None
             listener = None if rounds is None else threading.Thread(target=listen, args=(rounds, on_round), daemon=True)
             if listener:
@@ -57,10 +71,22 @@ def run_many(requests: list[RunRequest], executor: Executor | int = 1, on_round:
             if listener and rounds is not None:
                 rounds.put(None)
                 listener.join()
-    failures = [o.message for o in outcomes if isinstance(o, Failure) and not o.diverged]
-    if failures:
-        raise BenchError(f"{len(failures)} of {len(requests)} runs failed:\n  " + "\n  ".join(failures))
-    return [o for o in outcomes if isinstance(o, dict)]
+    return outcomes
+
+
+def run_at_kernels(request: RunRequest, cpu_kernels: str) -> dict[str, Any]:
+    """One run, not logged to MLflow, at the CPU kernels ``cpu_kernels`` (as provenance writes them): in this
+    process when they are its own, else in one process started at them. Raises what the run raised, or
+    :class:`BenchError` with a started process's failure. Kernels that name no variables (``unknown``) run here."""
+    wanted = parse_cpu_kernels(cpu_kernels)
+    if wanted is None or wanted == cpu_kernels_in_force():
+        return run_experiment(request, mlflow=False)
+    with cpu_kernels_for_children(wanted), ProcessPoolExecutor(
+            max_workers=1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        outcome = pool.submit(run_quiet, request).result()
+    if isinstance(outcome, Failure):
+        raise BenchError(outcome.message)
+    return outcome
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ Each run is one task that trains and writes its records exactly as a local worke
 Outcomes are handed back in request order, never in completion order, so MLflow logging and the
 suite's failure list are ordered as with the local executors. A task whose worker or node dies is
 retried (``max_retries``) and resumes from the run's last checkpoint. Workers start with this
-process's CPU-kernel pinning (``bench/__init__.py``) and refuse to run code that differs from the
+process's CPU-kernel variables (``bench/__init__.py``; a pinned suite's level, set by ``run_many``) and refuse to run code that differs from the
 driver's (source hash), since a cluster of mismatched checkouts would silently mix versions.
 """
 from __future__ import annotations

@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 
 import yaml
 
-from bench import CPU_KERNEL_VARIABLES
+from bench import cpu_kernels_in_force, describe_cpu_kernels
 from bench.fileio import atomic_write, sha256_file, write_json, write_text
 
 T = TypeVar("T")
@@ -88,8 +88,7 @@ def environment() -> dict[str, str]:
             "python": sys.version.split()[0], "torch": torch.__version__,
             # the CPU kernels torch dispatches to (e.g. AVX2, AVX512): they round differently
             "cpu_capability": torch.backends.cpu.get_cpu_capability(),
-            "cpu_kernels": " ".join(f"{k}={os.environ[k]}" for k in sorted(CPU_KERNEL_VARIABLES) if k in os.environ)
-            or "native"}
+            "cpu_kernels": describe_cpu_kernels(cpu_kernels_in_force())}
 
 
 def provenance(result: Any) -> dict[str, Any]:
