@@ -84,13 +84,16 @@ def test_with_cuda_semantics_a_state_dict_snapshot_survives_the_next_move_and_st
     shim, the live model gets new tensors and the snapshot keeps its values, as on a GPU."""
     def snapshot_after_step(shim: bool) -> tuple[torch.Tensor, torch.Tensor]:
         model = torch.nn.Sequential(torch.nn.Linear(2, 1), torch.nn.BatchNorm1d(1))
+        with torch.no_grad():
+            model[0].weight.fill_(0.5)
+            model[0].bias.fill_(0.0)
         with script.cuda_semantics(shim):
             snapshot = model.cpu().state_dict()
             before = snapshot["0.weight"].clone()
             model.to(torch.device("cpu"))
             with torch.no_grad():
                 model[0].weight.add_(1.0)
-            model.train()(torch.randn(4, 2))
+            model.train()(torch.arange(8.0).view(4, 2))
         return snapshot["0.weight"] - before, snapshot["1.running_mean"]
     moved, mean = snapshot_after_step(shim=True)
     assert torch.equal(moved, torch.zeros_like(moved)) and torch.equal(mean, torch.zeros(1))

@@ -581,8 +581,8 @@ def one_round_report(results: list[dict[str, Any]], args: argparse.Namespace, co
                   "|---|---|---|---|---|"]
         lines += [f"| {q} | {v} | {c or '—'} | {t} | {'yes' if ok else '**no**'} |" for q, v, c, t, ok in agreement(r)]
         lines += ["", f"The distillation moved the parameters by up to {r['distillation_moved']:.1e}; the BatchNorm batch "
-                      f"counters differ by {r['distilled']['bn_count']:.0f} (the code averages them as floats and "
-                      "truncates them on loading; no value depends on them at momentum 0.1).", ""]
+                      f"counters differ by {r['distilled']['bn_count']:.0f} (ours copies the first client's, the code averages "
+                      "them as floats and truncates them on loading; no value depends on them at momentum 0.1).", ""]
     return "\n".join(lines)
 
 
