@@ -86,7 +86,6 @@ from bench.runner.federation import run_federation, to_tensor
 DATASET = "dafkd-released-digits32"
 COMMIT = "39a536c371a557461a26cf9a912150b0e5dfd3e2"
 CHILD = "--released-child"  # argv[1] of this script run as the released code's process
-Batches = list[tuple[torch.Tensor, torch.Tensor]]
 
 
 # -- the shared workload ------------------------------------------------------------------------------------
