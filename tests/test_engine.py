@@ -256,6 +256,17 @@ def test_heterogeneous_architectures_are_seeded_and_recorded(data_dir: Path, tmp
         small_config(model={"name": "fedgen_generator"})
 
 
+def test_model_kwargs_are_the_named_models_and_other_candidates_keep_their_defaults(data_dir: Path) -> None:
+    """FedAL's proxy: ``model.kwargs`` shape ``model.name`` (mlp with hidden (32, 16)); a candidate of another name
+    (mlp_deep, which has no such argument in common use) is built with its own defaults."""
+    cfg = small_config(model={"name": "mlp", "kwargs": {"hidden": [32, 16]}, "candidates": ["mlp", "mlp_deep"]},
+                       algorithm={"name": "standalone"}, training={"rounds": 1})
+    result = run_federation(cfg, data_dir)
+    widths = {a: [m.out_features for m in c.model.modules() if isinstance(m, torch.nn.Linear)]
+              for a, c in zip(result.architectures, result.state.clients)}
+    assert widths == {"mlp": [32, 16, 10], "mlp_deep": [256, 128, 84, 10]}
+
+
 def test_lr_step_decay_and_grad_clip(data_dir: Path) -> None:
     cfg = small_config(training={"optimizer": {"lr": 0.1}, "lr_decay": {"every": 10, "factor": 0.5}})
     ctx = Context(cfg, (1, 8, 8), 10, torch.device("cpu"))

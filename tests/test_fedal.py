@@ -458,9 +458,10 @@ def test_a_train_mode_snapshot_makes_the_regulariser_zero_at_a_stages_first_step
         assert (abs(value) < 1e-6) if zero else (value > 1e-4), (mode, value)
 
 
-def test_the_pinned_proxy_keeps_the_readings_it_was_pinned_with() -> None:
-    """pipelines/fedal/params.yaml's proxy profile names Adam and eval-mode snapshots for the FedAL family, so every
-    pinned run's config (and its hash) is what the suite makes today, the new defaults notwithstanding."""
+def test_the_pinned_proxy_runs_the_papers_readings() -> None:
+    """pipelines/fedal/params.yaml's proxy profile runs the FedAL family with the paper's readings (the defaults:
+    discriminator by plain SGD, train-mode snapshots), and every pinned run's config (and its hash) is what the suite
+    makes today."""
     import json
 
     from bench.suites import load_suite
@@ -472,4 +473,5 @@ def test_the_pinned_proxy_keeps_the_readings_it_was_pinned_with() -> None:
               for s, cell in cells.items() for seed, run in cell["seeds"].items()}
     assert {"fedal", "fedmd_lf", "fedmd_fedal", "feddf_al"} <= {m for m, _, _ in hashes}
     assert all(suite.config(*key).sha256 == sha for key, sha in hashes.items())
-    assert suite.config("fedal", "het-a2", 0).algorithm.params["disc_optimizer"] == "adam"
+    params = suite.config("fedal", "het-a2", 0).algorithm.params
+    assert (params["disc_optimizer"], params["snapshot_mode"], params["disc_lr"]) == ("sgd", "train", 1e-4)

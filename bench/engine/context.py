@@ -57,9 +57,12 @@ class Context:
         return assign_architectures(model.candidates, n, self.seed) if model.candidates else [model.name] * n
 
     def build_model(self, *key: int | str, name: str | None = None) -> nn.Module:
-        """The configured model (or ``name``), initialised from the stream ``("init", *key)``."""
-        model = build_model(name or self.config.model.name, self.in_shape, self.num_classes, seed=self.seed,
-                            key=("init", *key), **self.config.model.kwargs)
+        """The configured model (or ``name``), initialised from the stream ``("init", *key)``; ``model.kwargs``
+        are ``model.name``'s, so a candidate architecture of another name is built with its own defaults."""
+        configured = self.config.model
+        kwargs = configured.kwargs if (name or configured.name) == configured.name else {}
+        model = build_model(name or configured.name, self.in_shape, self.num_classes, seed=self.seed,
+                            key=("init", *key), **kwargs)
         return model.to(self.device)
 
     # -- streams -------------------------------------------------------------------------------

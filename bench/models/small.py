@@ -63,6 +63,14 @@ def mlp(in_shape: tuple[int, ...], num_classes: int, hidden: tuple[int, ...] | l
     return MLP(in_shape, num_classes, tuple(hidden))
 
 
+@register_model("mlp_deep", example_input=((1, 8, 8), 10))
+def mlp_deep(in_shape: tuple[int, ...], num_classes: int,
+             hidden: tuple[int, ...] | list[int] = (256, 128, 84)) -> nn.Module:
+    """A deeper, wider perceptron (three hidden layers, 84-d features): the second architecture of the FedAL
+    proxy's heterogeneous clients beside ``mlp`` with hidden (128, 84), both cheap on a CPU."""
+    return MLP(in_shape, num_classes, tuple(hidden))
+
+
 @register_model("cnn", example_input=((1, 8, 8), 10))
 def cnn(in_shape: tuple[int, ...], num_classes: int, channels: tuple[int, int] | list[int] = (16, 32),
         feature_dim: int = 64, batch_norm: bool = True) -> nn.Module:

@@ -9,13 +9,13 @@ import math
 from pathlib import Path
 
 from bench.report.paired import sensitivity
-from bench.report.paper_figures import DrawnFigure
+from bench.report.paper_figures import DrawnFigure, run_curve
 from bench.report.pinned import PinnedFile
 from bench.report.runs import RunKey, RunRecord, statistic_value
 from bench.suites import Suite
 from bench.config import ExperimentConfig
 from bench.suites.paper import TIME_RATIO, BandCell, Figure, Measure, Paper, PaperDefinition, ReportColumn, Results, \
-    Section, band_cells
+    Section, Trace, band_cells
 from bench.suites.mechanisms import mechanism_cells, statuses
 from bench.suites.statistics import Statistic, aggregate
 from bench.suites.verdicts import ALPHA, POWER
@@ -133,7 +133,24 @@ def paper_results(suite: Suite, runs: dict[RunKey, RunRecord],
     columns = suite.paper.definition.columns_for(list(suite.params.settings))
     values, bounds = seed_values(suite, runs, columns)
     cells = our_cells(suite, values)
-    return columns, cells, our_results(suite, columns, cells, values, bounds, summary, runs)
+    results = our_results(suite, columns, cells, values, bounds, summary, runs)
+    results.derived = suite.paper.derive(results, run_trace(suite, runs))
+    return columns, cells, results
+
+
+def run_trace(suite: Suite, runs: dict[RunKey, RunRecord]) -> Trace:
+    """A finished run's points as a figure of the suite's paper draws them (bench/suites/paper.py: ``Trace``)."""
+    assert suite.paper is not None
+    figures = suite.paper.definition.figures
+
+    def trace(figure: str, method: str, setting: str, seed: int) -> tuple[list[float], list[float]] | None:
+        key = (method, setting, seed)
+        if key not in runs:
+            return None
+        x, y = run_curve(suite, figures[figure], key, runs[key])
+        return [float(v) for v in x], [float(v) for v in y]
+
+    return trace
 
 
 def paper_markdown(suite: Suite, runs: dict[RunKey, RunRecord], summary: dict[str, dict[str, dict]],

@@ -384,7 +384,9 @@ class Results:
     :data:`TIME_RATIO` is a measure too where known. ``bounds``: for a run that never reached a rounds-to-target
     statistic's target (inf), the rounds it trained + 1, the least its value can be. ``mechanisms``: per (method,
     setting), whether each mechanism the method declares (its diagnostic metric) was active in those runs
-    (:mod:`bench.suites.mechanisms`)."""
+    (:mod:`bench.suites.mechanisms`). ``derived``: per (method, report column, name), a quantity the paper's
+    plug-in derives from several runs' curves (:meth:`Paper.derive`, e.g. the accuracy each method has at a running
+    time every method reached), with its per-seed values; empty on the printed tables."""
 
     paper: PaperDefinition
     methods: list[str]
@@ -393,6 +395,7 @@ class Results:
     seeds: dict[CellKey, dict[Pair, float]] = field(default_factory=dict)
     bounds: dict[CellKey, dict[Pair, float]] = field(default_factory=dict)
     mechanisms: dict[tuple[str, str], dict[str, MechanismStatus]] = field(default_factory=dict)
+    derived: dict[CellKey, Sample] = field(default_factory=dict)
 
     @property
     def by_value(self) -> bool:
@@ -833,6 +836,11 @@ class LineFigure:
     panels: list[Panel]
 
 
+Trace = Callable[[str, str, str, int], tuple[list[float], list[float]] | None]
+"""``(figure, method, setting, seed) -> (x, y)``: one finished run's points as the paper definition's figure draws
+them (x: iterations, upstream MB or modelled seconds; y: its accuracy metric), in round order; None where the run
+is not there."""
+
 Curve = Callable[[str, str], list[tuple[int, float]]]
 """``(method, setting) -> [(round, value)]``: the mean over seeds of the global accuracy at each evaluated
 round (empty where the method has no finished run there)."""
@@ -857,6 +865,12 @@ class Paper:
     def sections(self, suite: SuiteView, ours: Results) -> list[Section]:
         """Report sections beyond the tables, e.g. FedHKD's Params and Time columns."""
         return []
+
+    def derive(self, ours: Results, trace: Trace) -> dict[CellKey, Sample]:
+        """Quantities a claim compares that need several runs' curves (``trace``), per (method, report column,
+        name), e.g. FedAL's accuracy at a running time every method reached; the report stores them in
+        ``ours.derived`` before the claims are judged."""
+        return {}
 
     def figures(self, ours: Results, curve: Curve) -> list[LineFigure]:
         """The paper's figures drawn from our results (e.g. accuracy against α from a table's cells) and

@@ -9,11 +9,12 @@ SVHN α = 5, …), compared with the paper by rank and by these claims, not by v
 """
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 from bench.models.paper_configs import CLIENT_MODEL, PaperConfig, printed
-from bench.suites.paper import (Claim, Comparison, Paper, PaperDefinition, ReportColumn, Results, Sample, Section,
-                                SuiteView, claim, grouped_claim)
+from bench.suites.paper import (CellKey, Claim, Comparison, Paper, PaperDefinition, ReportColumn, Results, Sample,
+                                Section, SuiteView, Trace, claim, grouped_claim)
 from bench.suites.plugins import register_paper
 
 BLACK_BOX = ("table4", "table5", "table6", "table7")  # the black-box comparison tables
@@ -38,6 +39,58 @@ FEDDF_AL_DESIGN = Section(
 
 
 ADVERSARIAL = (("fedal", "disc_acc"), ("fedal", "adv_share"))  # the claims on FedAL's adversarial term rest on it
+
+AT_TIME = "acc_at_time"        # derived: the accuracy at the running time every Fig. 7 method reached
+UPLOAD_ORDERS = "upload_orders"  # derived: log10(FedAvg's upstream volume / FedAL's) to reach the same accuracy
+TIME_FIGURE, UPLOAD_FIGURE = "fig7-time", "fig11"
+TWO_ORDERS = 2.0  # "two orders of magnitude": at least 100x, log10 of the ratio above 2
+
+
+def accuracy_at(x: list[float], y: list[float], horizon: float) -> float | None:
+    """The accuracy a run shows at ``horizon`` on its curve: its last evaluated point at or before it (None: no
+    evaluation that early)."""
+    reached = [value for position, value in zip(x, y) if position <= horizon]
+    return reached[-1] if reached else None
+
+
+def volume_to_reach(x: list[float], y: list[float], target: float) -> float | None:
+    """The upstream volume at a run's first evaluated point at or above ``target`` (None: never reached)."""
+    return next((position for position, value in zip(x, y) if value >= target), None)
+
+
+def at_equal_time(curves: dict[str, tuple[list[float], list[float]]]) -> dict[str, float]:
+    """Each method's accuracy at the common horizon: the shortest of the runs' final modelled times, so every
+    method has run at least that long (Figs. 5 and 7: "under the same running time"); a method with no evaluation
+    by then is left out."""
+    horizon = min(x[-1] for x, _ in curves.values())
+    return {m: a for m, (x, y) in curves.items() if (a := accuracy_at(x, y, horizon)) is not None}
+
+
+def upload_orders(fedal: tuple[list[float], list[float]], fedavg: tuple[list[float], list[float]]) -> float | None:
+    """log10 of FedAvg's upstream volume over FedAL's to reach the same accuracy (Fig. 11): the target is the lower
+    of the two runs' final accuracies, which both reach; None when a volume is zero."""
+    target = min(fedal[1][-1], fedavg[1][-1])
+    mine, theirs = volume_to_reach(*fedal, target), volume_to_reach(*fedavg, target)
+    if not mine or not theirs:
+        return None
+    return math.log10(theirs / mine)
+
+
+def _pairs(ours: Results, column: ReportColumn) -> set[tuple[str, int]]:
+    """The (setting, seed) pairs of the column's runs: those of FedAL's accuracy cell there."""
+    return set(ours.seeds.get(("fedal", column.key, "acc"), {}))
+
+
+def derived_beats(results: Results, a: str, b: str, column: ReportColumn) -> Comparison | None:
+    """``a``'s derived accuracy at equal time above ``b``'s, paired on the column's seeds."""
+    x, y = (results.derived.get((m, column.key, AT_TIME)) for m in (a, b))
+    return None if x is None or y is None else Comparison(x, y)
+
+
+def orders(results: Results, column: ReportColumn) -> Comparison | None:
+    """FedAL's upload saving over FedAvg, in orders of magnitude, above ``TWO_ORDERS``."""
+    x = results.derived.get(("fedal", column.key, UPLOAD_ORDERS))
+    return None if x is None else Comparison(x, None, margin=TWO_ORDERS)
 
 
 class FedAL(Paper):
@@ -104,7 +157,47 @@ class FedAL(Paper):
                   [beats("fedal", m, c, "acc") for c in results.table("figure7")
                    for m in ("fedmd_fedal", "fedproto_fedal")],
                   rests_on=ADVERSARIAL),
+            claim("FedAL is more accurate than FedAvg, FedMD and FedProto under the same running time (Figs. 5, 7): at "
+                  "the modelled time every method reached", results,
+                  [derived_beats(results, "fedal", m, c) for c in results.table("figure7")
+                   for m in ("fedavg", "fedmd_fedal", "fedproto_fedal")],
+                  note="FedAvg: its global model; modelled time = measured time per round × rounds + bytes over a "
+                       "20 Mbit/s link"),
+            claim("FedAL needs two orders of magnitude less upload than FedAvg to reach the same accuracy (Fig. 11): "
+                  "log10(FedAvg's volume / FedAL's) > 2", results,
+                  [orders(results, c) for c in results.table("figure11")],
+                  note="the accuracy both reach: the lower of their final accuracies, per seed"),
         ]
+
+    def derive(self, ours: Results, trace: Trace) -> dict[CellKey, Sample]:
+        """Per seed, from the runs' curves as Figs. 7 and 11 draw them: each Fig. 7 method's accuracy at the running
+        time every one of them reached (``AT_TIME``), and log10 of FedAvg's upstream volume over FedAL's to reach
+        the accuracy both reach (``UPLOAD_ORDERS``, on FedAL's row)."""
+        figures = self.definition.figures
+        out: dict[CellKey, Sample] = {}
+        for table, figure, name in (("figure7", TIME_FIGURE, AT_TIME), ("figure11", UPLOAD_FIGURE, UPLOAD_ORDERS)):
+            for column in ours.table(table):
+                per_seed: dict[str, dict[tuple[str, int], float]] = {}
+                for seed in sorted({s for (_, s) in _pairs(ours, column)}):
+                    curves = {m: c for m in figures[figure].methods
+                              if (c := trace(figure, m, column.setting, seed)) is not None and c[0]}
+                    if name == AT_TIME:
+                        found = at_equal_time(curves) if curves else {}
+                    elif "fedal" in curves and "fedavg" in curves:
+                        value = upload_orders(curves["fedal"], curves["fedavg"])
+                        found = {} if value is None else {"fedal": value}
+                    else:
+                        found = {}
+                    for method, value in found.items():
+                        per_seed.setdefault(method, {})[column.setting, seed] = value
+                for method, values in per_seed.items():
+                    if len(values) == len(_pairs(ours, column)):
+                        label = (f"{self.definition.label(method)} @ {column.setting}, equal time" if name == AT_TIME
+                                 else f"log10(FedAvg / FedAL upload) @ {column.setting}")
+                        out[method, column.key, name] = Sample(
+                            label, math.fsum(values.values()) / len(values), values, frozenset({method}),
+                            (name, method, column.setting), digits=4 if name == AT_TIME else 2)
+        return out
 
 
     def sections(self, suite: SuiteView, ours: Results) -> list[Section]:
