@@ -19,8 +19,10 @@ score becomes s_k·κ_k² and the share f_k·κ_k, as their code weighs them. Fe
 q = tanh/max tanh) are not reproduced: the formulas are FedAKD's script's in both modes. ``mode``
 switches the start model and the validation set (:mod:`bench.algorithms.rewards`: paper trains the personal
 model on its train split and scores on the validation splits; code trains a copy of the global model and
-scores on the first 10 % of each client's train split) and the update's keys (``keys``: paper the floating
-state entries; code the whole state dict, ``num_batches_tracked`` included, as the code flattens it).
+scores on the first 10 % of each client's train split) and the update's keys (``keys``: paper the parameters,
+as FedAVE's authors' code, each client keeping its own BatchNorm statistics — the averaged updates of the running
+variances, added as rewards, drove some negative on the domaindigits proxy and the models' outputs to NaN with the
+earlier reading ``floats``; code the whole state dict, ``num_batches_tracked`` included, as FedAKD's script).
 Defaults: upload 0.5, base 0.3, α = 0.9, β = 1 [P Table 6].
 """
 from __future__ import annotations
@@ -41,7 +43,8 @@ from bench.engine.evaluation import eval_mode
 from bench.engine.messages import ModelBroadcast
 from bench.engine.protocol import Metrics
 from bench.engine.state import Client, Server
-from bench.engine.vectors import largest_fraction, load_vector, model_vector, state_keys, weighted_sum
+from bench.engine.vectors import (largest_fraction, load_vector, model_vector, parameter_keys, state_keys,
+                                  weighted_sum)
 
 
 class FedAVEParams(RewardParams):
@@ -57,9 +60,10 @@ class FedAVEParams(RewardParams):
         "kl", "none", "the reputation's data-distribution term: score s_k·κ_k², share f_k·κ_k, κ_k from the KL "
         "divergence of the client's per-batch train losses from the validation set's (FedAVE's paper and authors' "
         "code); or none (FedAKD's script)")
-    keys: Literal["floats", "state"] = reading(
-        "floats", "state", "the update's entries: the floating state entries; or the whole state dict, "
-        "num_batches_tracked included, as the code flattens it")
+    keys: Literal["parameters", "floats", "state"] = reading(
+        "parameters", "state", "the update's entries: the parameters, as FedAVE's authors' code exchanges them (each "
+        "client keeps its BatchNorm statistics); or the whole state dict, num_batches_tracked included, as FedAKD's "
+        "script flattens it; floats (an option): every floating entry, BN statistics included")
 
 
 def reputation_update(reputation: torch.Tensor, scores: torch.Tensor, alpha: float) -> torch.Tensor:
@@ -121,6 +125,8 @@ class FedAVE(RewardedClients[ScoredUpload]):
     params: FedAVEParams
 
     def keys(self, model: torch.nn.Module) -> list[str]:
+        if self.params.keys == "parameters":
+            return parameter_keys(model)
         return state_keys(model, integers=self.params.keys == "state")
 
     def client_update(self, round_index: int, client: Client[RewardedClient],
