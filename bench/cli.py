@@ -146,10 +146,11 @@ def _suite_partition(args: argparse.Namespace) -> int:
 
     suite = _suite(args)
     for setting in args.setting or list(suite.params.settings):
-        config = suite.partition_config(setting)
-        partition = partition_for(config, load_dataset(config.dataset.name, args.data_dir), None)
-        partition.save(suite.partition_dir(setting))
-        print(f"{suite.partition_dir(setting)}: sha256 {partition.sha256[:16]}")
+        for seed in suite.partition_seeds():
+            config = suite.partition_config(setting, seed)
+            partition = partition_for(config, load_dataset(config.dataset.name, args.data_dir), None)
+            partition.save(suite.partition_dir(setting, seed))
+            print(f"{suite.partition_dir(setting, seed)}: sha256 {partition.sha256[:16]}")
     return 0
 
 

@@ -1,9 +1,10 @@
 """Table 4's Single-Dist in its two readings (pipelines/fedakd/NOTES.md §1.7, A12) beside the full FedAKD, on one
 setting of the FedAKD proxy (``pipelines/fedakd/params.yaml``, profile ``proxy``), the README quotes it.
 
-Each row is the proxy's own config for that method, setting and seed, with two overrides: the partition is
-Algorithm 2's leak-free reading (``local_test: held_out``, the default outside the pinned proxy) and Single-Dist's
-reading is named (``single_dist: trained`` or ``copied``). CF's reference is the proxy's Standalone on the same
+Each row is the proxy's own FedAKD config for that setting and seed, with overrides: the partition is
+Algorithm 2's leak-free reading (``local_test: held_out``, the default) and, for Single-Dist, ``global_to_local:
+false`` with its reading named (``single_dist: trained`` or ``copied``); the dataset the proxy uses is prepared
+in a scratch folder. CF's reference is the proxy's Standalone on the same
 partition. Printed per row: Max, Avg and CF as Table 4 takes them (the released code's statistics: the last 3
 rounds' client max and mean of ``local_acc`` ×100, and ``last3_cfcode(standalone)_local_acc``), mean ± sample std
 over the seeds, and the per-seed values.
@@ -30,14 +31,15 @@ from bench.suites import load_suite  # noqa: E402
 from bench.suites.statistics import Records, Statistic  # noqa: E402
 
 PARAMS = ROOT / "pipelines" / "fedakd" / "params.yaml"
-ROWS = {"FedAKD (Full)": ("fedakd", {}), "Single-Dist, trained": ("fedakd_single_dist", {"single_dist": "trained"}),
-        "Single-Dist, copied": ("fedakd_single_dist", {"single_dist": "copied"})}
+ROWS = {"FedAKD (Full)": {}, "Single-Dist, trained": {"global_to_local": False, "single_dist": "trained"},
+        "Single-Dist, copied": {"global_to_local": False, "single_dist": "copied"}}
 MEASURES = {"Max": ("last3_clientmax_local_acc", 100.0), "Avg": ("last3_local_acc", 100.0),
             "CF": ("last3_cfcode(standalone)_local_acc", 1.0)}
 
 
 def run(method: str, setting: str, seed: int, algorithm: dict[str, str], data_dir: Path, out: Path) -> Records:
-    """The proxy's run of ``method`` on ``setting`` and ``seed`` on the leak-free partition, ``algorithm`` overriding."""
+    """The proxy's run of ``method`` on ``setting`` and ``seed`` on the leak-free partition, ``algorithm`` overriding
+    (Single-Dist is FedAKD with ``global_to_local: false``)."""
     raw = load_suite(PARAMS, overrides=["profile=proxy"]).config(method, setting, seed).to_dict()
     raw["partition"]["local_test"] = "held_out"
     raw["algorithm"].update(algorithm)
@@ -53,12 +55,14 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as scratch:
         folder = Path(scratch)
-        prepare_dataset("digits", folder / "data")
+        data_dir = folder / "data"
+        prepare_dataset(load_suite(PARAMS, overrides=["profile=proxy"]).partition_config(args.setting).dataset.name,
+                        data_dir)
         table: dict[str, dict[str, list[float]]] = {row: {m: [] for m in MEASURES} for row in ROWS}
         for seed in args.seeds:
-            reference = run("standalone", args.setting, seed, {}, folder / "data", folder / f"standalone-{seed}")
-            for row, (method, algorithm) in ROWS.items():
-                records = run(method, args.setting, seed, algorithm, folder / "data", folder / f"{method}-{row}-{seed}")
+            reference = run("standalone", args.setting, seed, {}, data_dir, folder / f"standalone-{seed}")
+            for row, algorithm in ROWS.items():
+                records = run("fedakd", args.setting, seed, algorithm, data_dir, folder / f"{row}-{seed}")
                 for measure, (name, scale) in MEASURES.items():
                     value = Statistic.model_validate(name).compute(records, reference)
                     table[row][measure].append(float("nan") if value is None else scale * value)

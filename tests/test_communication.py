@@ -114,13 +114,16 @@ def cgsv(keys: Callable[[nn.Module], int], start_global: bool) -> Callable[[Run,
     return count
 
 
-def fedave(keys: Callable[[nn.Module], int], start_global: bool) -> Callable[[Run, int], tuple[float, float]]:
-    """Up (``upload_fraction`` 1): the whole update and the trained model (scored by the server); down: ⌊f_k·D⌋
-    entries of u, the global model in code."""
+def fedave(keys: Callable[[nn.Module], int], start_global: bool,
+           distribution: bool = False) -> Callable[[Run, int], tuple[float, float]]:
+    """Up (``upload_fraction`` 1): the whole update and the trained model (scored by the server), and with the
+    distribution term the start model and one float64 loss per batch of 64 of the client's train split; down:
+    ⌊f_k·D⌋ entries of u, the global model in code."""
     def count(run: Run, t: int) -> tuple[float, float]:
         d = keys(run.model)
         rewards = sum(sparse(int(d * f), d) for f in run.shares(t))
-        return N * (4 * d + run.S), rewards + (N * run.S if start_global else 0)
+        extra = sum(run.S + 8 * math.ceil(len(c.data.y) / 64) for c in run.result.state.clients) if distribution else 0
+        return N * (4 * d + run.S) + extra, rewards + (N * run.S if start_global else 0)
     return count
 
 
@@ -132,10 +135,6 @@ def fedsac(run: Run, t: int) -> tuple[float, float]:
     if t == 1:
         return N * (8 + run.S), 2 * N * run.S
     return N * run.S, 2 * N * (run.S + filters)
-
-
-def floats(model: nn.Module) -> int:
-    return sum(v.numel() for v in model.state_dict().values() if v.is_floating_point())
 
 
 def everything(model: nn.Module) -> int:
@@ -201,7 +200,8 @@ CASES: dict[str, tuple[Callable[[], ExperimentConfig], Callable[[Run, int], tupl
     "cffl-code": (lambda: digits({"name": "cffl", "mode": "code"}), cffl_code),
     "cgsv": (lambda: digits({"name": "cgsv", "sparse": False}), cgsv(parameters, start_global=False)),
     "cgsv-code": (lambda: digits({"name": "cgsv", "mode": "code", "sparse": False}), cgsv(everything, start_global=True)),
-    "fedave": (lambda: digits({"name": "fedave", "upload_fraction": 1.0}), fedave(floats, start_global=False)),
+    "fedave": (lambda: digits({"name": "fedave", "upload_fraction": 1.0}),
+               fedave(parameters, start_global=False, distribution=True)),
     "fedave-code": (lambda: digits({"name": "fedave", "mode": "code", "upload_fraction": 1.0}),
                     fedave(everything, start_global=True)),
     "fedsac": (lambda: digits({"name": "fedsac", "contribution_epochs": 1}), fedsac),

@@ -9,10 +9,11 @@ import pytest
 import torch
 from torch import nn
 
-from bench.algorithms.cffl import download, reputation_update as cffl_reputation
-from bench.algorithms.cgsv import cosine_values, reputation_update as cgsv_reputation, reward_count
+from bench.algorithms.cffl import adaptive_threshold, download, download_then_remove, reputation_update as cffl_reputation
+from bench.algorithms.cgsv import cosine_values, normalised, reputation_update as cgsv_reputation, reward_count
 from bench.algorithms.fedas import alignment_loss, class_prototypes, fisher_trace
-from bench.algorithms.fedave import download_fraction, reputation_update as fedave_reputation
+from bench.algorithms.fedave import (batch_losses, distribution_factors, download_fraction, kl_divergence,
+                                    reputation_update as fedave_reputation)
 from bench.algorithms.feddc import correction_term, corrected_state, drift_penalty
 from bench.algorithms.fedmpr import magnitude_prune
 from bench.algorithms.fedsac import apply_mask, conv_filters, filter_importance, reputations, submodel_mask
@@ -85,7 +86,31 @@ def test_cffl_download_by_hand() -> None:
     assert top.dense().tolist() == [0.0, -2.0, 0.0, 3.0]
 
 
+def test_cffl_authors_download_chooses_from_the_whole_aggregate_then_removes_the_own_upload() -> None:
+    """CFFL's authors: the top half of u = (1 -2 .5 4) is (0 -2 0 4); then (n_k/Σn)·u_k = .5·(2 0 0 4) comes off
+    every entry, chosen or not: (-1 -2 0 2). The paper reading removes it first and picks from (0 -2 .5 2)."""
+    aggregate, own = torch.tensor([1.0, -2.0, 0.5, 4.0]), torch.tensor([2.0, 0.0, 0.0, 4.0])
+    assert download_then_remove(aggregate, own, 0.5, 0.5).dense().tolist() == [-1.0, -2.0, 0.0, 2.0]
+    assert download(aggregate, own, 0.5, 0.5).dense().tolist() == [0.0, -2.0, 0.0, 2.0]
+    assert download_then_remove(aggregate, own, 0.0, 0.0).dense().tolist() == [0.0] * 4
+
+
+def test_cffl_adaptive_threshold_is_a_third_of_an_equal_share() -> None:
+    assert adaptive_threshold(10) == pytest.approx(1 / 30) and adaptive_threshold(3) == pytest.approx(1 / 9)
+    rep = torch.tensor([0.25, 0.25, 0.25, 0.25], dtype=torch.float64)
+    acc = torch.tensor([0.9, 0.9, 0.9, 0.01], dtype=torch.float64)
+    fixed = cffl_reputation(rep, acc, 1.0, 0.2)  # the weak client (r ≈ .15) is below c_th = .2
+    adaptive = cffl_reputation(rep, acc, 1.0, adaptive_threshold(4))  # but above (1/3)/4
+    assert fixed[3] == 0 and adaptive[3] > 0
+
+
 # -- CGSV ---------------------------------------------------------------------------------------------
+
+
+def test_cgsv_normalises_each_upload_to_gamma() -> None:
+    """Γ·Δ/(‖Δ‖ + 1e-7): (3, 4) with Γ = .5 → (.3, .4); a zero update stays zero."""
+    assert normalised(torch.tensor([3.0, 4.0]), 0.5).tolist() == pytest.approx([0.3, 0.4])
+    assert normalised(torch.zeros(3), 0.5).tolist() == [0.0, 0.0, 0.0]
 
 
 def test_cgsv_values_reputation_and_reward_by_hand() -> None:
@@ -113,6 +138,29 @@ def test_fedave_reputation_and_download_fraction_by_hand() -> None:
     assert download_fraction(0.0, 0.3, 1.0) == pytest.approx(0.3)
     assert download_fraction(0.1, 0.3, 1.0) == pytest.approx(0.3 + 0.7 * math.tanh(0.1))
     assert download_fraction(-5.0, 0.3, 1.0) == 0.0  # clipped to [0, 1]
+
+
+def test_fedave_distribution_factor_by_hand() -> None:
+    """KL of (1 1 2)/4 from (1 1 1 …)/3 truncated to 3 entries: Σ p·log(3p); κ = (1/KL)/Σ(1/KL), divided by its
+    max: the client whose losses look most like the validation set's gets 1, the other KL_a/KL_b."""
+    a, b = torch.tensor([1.0, 1.0, 2.0], dtype=torch.float64), torch.tensor([1.0, 3.0, 1.0], dtype=torch.float64)
+    validation = torch.tensor([1.0, 1.0, 1.0, 5.0], dtype=torch.float64)
+    kl_a = sum(p * math.log(p * 3) for p in (0.25, 0.25, 0.5))
+    kl_b = sum(p * math.log(p * 3) for p in (0.2, 0.6, 0.2))
+    assert kl_divergence(a, validation) == pytest.approx(kl_a) and kl_divergence(b, validation) == pytest.approx(kl_b)
+    kappa = distribution_factors([a, b], [validation, validation])
+    assert kappa.tolist() == pytest.approx([1.0, kl_a / kl_b]) and kl_a < kl_b
+    net = nn.Linear(2, 3)
+
+    class FeaturesAndLogits(nn.Module):  # the models' (features, logits) convention
+        def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            return x, net(x)
+
+    x, y = torch.randn(5, 2, generator=torch.Generator().manual_seed(0)), torch.tensor([0, 1, 2, 0, 1])
+    losses = batch_losses(FeaturesAndLogits(), x, y, batch=2)
+    with torch.no_grad():
+        by_hand = [float(nn.functional.cross_entropy(net(x[i:i + 2]), y[i:i + 2])) for i in (0, 2, 4)]
+    assert losses.tolist() == pytest.approx(by_hand)
 
 
 # -- FedSAC -------------------------------------------------------------------------------------------
@@ -238,7 +286,8 @@ def test_the_recorded_reward_is_each_methods_formula_of_its_recorded_reputation(
     """Every round, per client: CGSV's share = ⌊D·tanh(r)/max tanh⌋/D; FedAVE's = .3 + .7·tanh(r); CFFL (paper)
     q = r/max r; FedSAC's submodel share follows its reputation (⌊r·96/100⌋ of the filters from the
     allocation round on); reputations sum to 1 where they are a distribution."""
-    for name, params in (("cgsv", {}), ("cgsv", {"mode": "code"}), ("fedave", {}), ("cffl", {})):
+    for name, params in (("cgsv", {}), ("cgsv", {"mode": "code"}), ("fedave", {"distribution": "none"}),
+                         ("cffl", {})):
         records = tiny_run(data_dir, name, tmp_path, **params)
         for round_ in (1, 2):
             rep = torch.tensor(list(records.clients("reputation", round_).values()), dtype=torch.float64)
@@ -294,7 +343,9 @@ def _captured_round(monkeypatch: pytest.MonkeyPatch, data_dir: Path, tmp_path: P
                     cids=[u.cid for u in updates], sizes=[float(u.num_samples) for u in updates],
                     deltas=[u.vector.dense().double() for u in updates], validation=self.validation(),
                     states=[{k: v.clone() for k, v in u.model.items()} if hasattr(u, "model") else None
-                            for u in updates])
+                            for u in updates],
+                    starts=[getattr(u, "start", None) for u in updates],
+                    train_losses=[getattr(u, "train_losses", None) for u in updates])
         return original(self, round_index, server, updates)
 
     monkeypatch.setattr(cls, "aggregate", capture)
@@ -327,14 +378,26 @@ def test_recorded_rewards_equal_hand_computations_from_what_the_server_saw(monke
         return (list(records.clients("reputation", 1).values()), list(records.clients("reward_share", 1).values()))
 
     seen, records = _captured_round(monkeypatch, data_dir, tmp_path, "fedave")
-    scores = []
-    for state in seen["states"]:
+    scores, inverse_kl = [], []
+    for state, start, train_losses in zip(seen["states"], seen["starts"], seen["train_losses"]):
         load_state(seen["model"], state)
         scores.append(_hand_accuracy(seen["model"], *seen["validation"]))
-    raw = [0.9 / 4 + 0.1 * s for s in scores]
+        load_state(seen["model"], start)  # κ: the start model's per-64 losses, train against validation
+        seen["model"].eval()
+        val_x, val_y = seen["validation"]
+        with torch.no_grad():
+            val = [float(nn.functional.cross_entropy(seen["model"](val_x[i:i + 64])[1], val_y[i:i + 64]))
+                   for i in range(0, len(val_y), 64)]
+        n = min(len(val), len(train_losses))
+        p = [float(v) / float(train_losses[:n].sum()) for v in train_losses[:n]]
+        q = [v / sum(val[:n]) for v in val[:n]]
+        inverse_kl.append(1 / sum(a * math.log(a / b) for a, b in zip(p, q)))
+    kappa = [v / max(inverse_kl) for v in inverse_kl]
+    raw = [0.9 / 4 + 0.1 * s * k ** 2 for s, k in zip(scores, kappa)]
     rep = [v / sum(raw) for v in raw]
-    assert len(set(scores)) > 1  # the clients differ, so the check has something to tell apart
-    assert recorded(records) == (pytest.approx(rep, abs=1e-9), pytest.approx([0.3 + 0.7 * math.tanh(r) for r in rep]))
+    assert len(set(scores)) > 1 and min(kappa) < 1  # the clients differ, so the check has something to tell apart
+    assert recorded(records) == (pytest.approx(rep, abs=1e-9),
+                                 pytest.approx([(0.3 + 0.7 * math.tanh(r)) * k for r, k in zip(rep, kappa)]))
 
     seen, records = _captured_round(monkeypatch, data_dir, tmp_path, "cffl")
     total = sum(seen["sizes"])
@@ -352,6 +415,7 @@ def test_recorded_rewards_equal_hand_computations_from_what_the_server_saw(monke
     assert recorded(records) == (pytest.approx(r, abs=1e-6), pytest.approx([v / max(r) for v in r], abs=1e-6))
 
     seen, records = _captured_round(monkeypatch, data_dir, tmp_path, "cgsv")
+    assert [float(d.norm()) for d in seen["deltas"]] == pytest.approx([0.5] * 4, rel=1e-5)  # uploads at norm Γ
     u = sum(seen["deltas"]) / len(seen["deltas"])
     psi = [max(0.0, float(d @ u / ((d.norm() + 1e-9) * (u.norm() + 1e-9)))) for d in seen["deltas"]]
     raw = [0.9 / 4 + 0.1 * p for p in psi]

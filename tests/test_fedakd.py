@@ -395,8 +395,8 @@ def test_unit_normalisation_is_pixel_over_255_and_changes_a_run(data_dir: Path) 
 
 
 def test_the_released_protocols_settings_use_pixel_over_255_the_paper_form_mean_and_std() -> None:
-    """paper_code and smoke's devide.py column feed pixel/255; the pinned proxy keeps mean/std everywhere (its
-    pinned reading, named in its params until it is re-pinned), the paper form everywhere else."""
+    """paper_code and smoke's devide.py column feed pixel/255; the proxy (Algorithm 2's column only) and the paper
+    profile mean/std."""
     root = Path(__file__).resolve().parents[1] / "pipelines" / "fedakd" / "params.yaml"
     for profile, code_settings in (("paper_code", None), ("paper", set()), ("proxy", set()), ("smoke", {"ics-code"})):
         suite = load_suite(root, overrides=[f"profile={profile}"])
@@ -471,15 +471,33 @@ def test_the_released_statistics_agree_with_ours_to_10_decimals_on_a_code_mode_r
         assert Statistic.model_validate(ours).compute(run, standalone) == pytest.approx(theirs[key], abs=1e-10)
 
 
-def test_the_pinned_proxy_names_its_earlier_readings_and_the_other_profiles_take_the_corrected_ones() -> None:
-    """Until the proxy is re-pinned it keeps Algorithm 2's partitions as drawn and Single-Dist ``copied`` (so no
-    pinned value moves); ``paper``, ``paper_code`` and ``smoke`` run the leak-free partitions and ``trained``."""
+def test_every_profile_runs_the_leak_free_partitions_and_single_dist_trained() -> None:
+    """The re-pinned proxy, ``paper``, ``paper_code`` and ``smoke`` all run the leak-free partitions and
+    Single-Dist ``trained``; ``as_drawn`` and ``copied`` are options no profile names."""
     root = Path(__file__).resolve().parents[1] / "pipelines" / "fedakd" / "params.yaml"
-    for profile, reading, single_dist in (("proxy", "as_drawn", "copied"), ("paper", "held_out", "trained"),
+    for profile, reading, single_dist in (("proxy", "held_out", "trained"), ("paper", "held_out", "trained"),
                                           ("paper_code", "held_out", "trained"), ("smoke", "held_out", "trained")):
         suite = load_suite(root, overrides=[f"profile={profile}"])
         for setting in suite.settings:
             assert suite.partition_config(setting).partition.scheme_params.get("local_test", "held_out") == reading
-            if suite.runs_on("fedakd_single_dist", setting):
+            if "fedakd_single_dist" in suite.methods and suite.runs_on("fedakd_single_dist", setting):
                 assert suite.config("fedakd_single_dist", setting, 0, timed=False).algorithm.params.get(
                     "single_dist", "trained") == single_dist
+
+
+def test_the_proxy_draws_a_fresh_partition_per_seed_on_domaindigits_with_the_papers_learning_rates() -> None:
+    """Issue 25's FedAKD proxy: ICS(5) on domaindigits28, 5 clients over 60 % of the train split, run seed s on
+    partition seed s; Adam 1e-3 and Standalone 1e-4 (the paper's FashionMNIST rule, not tuned); every row the same
+    rounds."""
+    root = Path(__file__).resolve().parents[1] / "pipelines" / "fedakd" / "params.yaml"
+    suite = load_suite(root, overrides=["profile=proxy"])
+    assert suite.settings == ["ics5"] and suite.params.suite.partition_seed == "run"
+    for seed in suite.seeds:
+        cfg = suite.config("fedakd", "ics5", seed, timed=False)
+        assert (cfg.dataset.name, cfg.partition.seed, cfg.partition.num_clients) == ("domaindigits28", seed, 5)
+        assert (cfg.partition.scheme_params["setting"], cfg.partition.scheme_params["shift"],
+                cfg.partition.scheme_params["pool_fraction"]) == ("ics", 5.0, 0.6)
+    lrs = {m: suite.config(m, "ics5", 0, timed=False).training for m in suite.methods}
+    assert {m: t.optimizer.lr for m, t in lrs.items()} == {"standalone": 1e-4, "fedavg": 1e-3, "fedave": 1e-3,
+                                                           "fedakd": 1e-3}
+    assert {t.rounds for t in lrs.values()} == {5}

@@ -246,3 +246,27 @@ def test_a_fixed_participation_seed_gives_every_run_seed_the_same_clients() -> N
     assert schedule(0, 7) == schedule(1, 7) != schedule(0, 8)
     assert schedule(0, None) != schedule(1, None)
     assert "seed" not in small_config().to_dict()["participation"]  # left out at its default: hashes unchanged
+
+
+def test_partition_seed_run_gives_each_run_seed_its_own_partition(params_file: Path, tmp_path: Path) -> None:
+    """``suite.partition_seed: run``: run seed s trains on the partition of seed partition.seed + s, saved under
+    partitions/<suite>/<setting>/seed<s>/ and checked there; the default keeps one partition a setting."""
+    from bench.cli import main
+    from bench.report.partition_check import check_partitions
+
+    fixed = load_suite(params_file)
+    assert {fixed.config("fedavg", "b", s).partition.seed for s in (0, 1)} == {0}
+    assert fixed.partition_seeds() == [None] and fixed.partition_dir("b", 1) == fixed.partition_dir("b")
+    params_file.write_text(PARAMS.replace("  seeds: [0, 1]\n", "  seeds: [0, 1]\n  partition_seed: run\n")
+                           .replace("partition: {num_clients: 5}", "partition: {num_clients: 5, seed: 10}"))
+    suite = load_suite(params_file)
+    assert [suite.config("fedavg", "b", s).partition.seed for s in (0, 1)] == [10, 11]
+    folders = [suite.partition_dir("b", s) for s in (0, 1)]
+    assert folders == [tmp_path / "partitions" / "demo" / "b" / f"seed{s}" for s in (0, 1)]
+    data = tmp_path / "data"
+    assert main(["suite", "partition", "--params", str(params_file), "--data-dir", str(data), "--setting", "b"]) == 0
+    hashes = [json.loads((f / "partition.json").read_text())["sha256"] for f in folders]
+    assert hashes[0] != hashes[1]  # fresh draws, not one partition shared
+    assert [r.partition_dir for r in suite.requests("fedavg") if r.out_dir.parent.name == "b"] == folders
+    checks = check_partitions(suite, ["b"], data, {("b", 0): {hashes[0]}, ("b", 1): {hashes[0]}}, prepare=True)
+    assert [(c.seed, c.verified, c.failed) for c in checks] == [(0, True, False), (1, False, True)]

@@ -24,6 +24,17 @@ The reward (step 4) differs between the two modes; ``reward_share`` records it p
 
 Defaults θ_u = 0.5, clip 5.0, c_th = 0.05, α = 1 [P Table 6]. The global model's BN buffers never change
 (only parameter updates are exchanged), as in both.
+
+CFFL's authors' code (pipelines/fedakd/NOTES.md §4 CFFL) differs from both in two ways the options here reproduce,
+kept off by default because FedAKD's Table 6 fixes c_th and α for its comparison:
+
+- ``download: authors``: the client receives the ⌊(r_k/max r)·(n_k/max n)·D⌋ largest entries of the whole
+  aggregate u, and its own upload is then taken out of them, (n_k/Σn)·u_k on every entry
+  (:func:`download_then_remove`); the paper reading takes it out before choosing the entries;
+- ``threshold_rule: adaptive``: c_th = (1/3)/|R|, |R| the clients still in the federation, instead of a fixed
+  c_th; their code calls the sinh mapping with α = 3 or 5 (``alpha``).
+
+Their reputation as a 0.2/0.8 moving average is not reproduced (FedAKD's ½/½ in both modes).
 """
 from __future__ import annotations
 
@@ -49,10 +60,13 @@ class CFFLParams(RewardParams):
     clip_norm: float = Field(5.0, gt=0, description="L2 bound of a client's update")
     threshold: float = Field(0.05, ge=0, description="c_th: reputation below which a client leaves")
     alpha: float = Field(1.0, gt=0, description="α of the sinh reputation mapping")
-    download: Literal["reputation", "size"] = reading(
+    threshold_rule: Literal["fixed", "adaptive"] = Field("fixed", description=(
+        "fixed: c_th = threshold; adaptive: c_th = (1/3)/|R|, |R| the clients still in (CFFL's authors' code)"))
+    download: Literal["reputation", "size", "authors"] = reading(
         "reputation", "size", "a client's reward: the top q_k = r_k/max r share of the others' aggregate "
         "u − (n_k/Σn)·u_k, added to the personal model; or all of u − (n_k/max n)·u_k, the personal model becoming "
-        "its trained copy of w_g + u_k + that (§4 [C])")
+        "its trained copy of w_g + u_k + that (§4 [C]); authors (an option of neither mode): the top "
+        "(r_k/max r)·(n_k/max n) share of u, less (n_k/Σn)·u_k, added to the personal model (CFFL's authors' code)")
 
 
 def reputation_update(reputation: torch.Tensor, accuracy: torch.Tensor, alpha: float, threshold: float) -> torch.Tensor:
@@ -75,6 +89,18 @@ def download(aggregate: torch.Tensor, own: torch.Tensor, size_share: float, frac
     its ``fraction`` largest entries (``None``: all of it, the code)."""
     others = aggregate - size_share * own
     return SparseVector(None, others, others.numel()) if fraction is None else largest_fraction(others, fraction)
+
+
+def download_then_remove(aggregate: torch.Tensor, own: torch.Tensor, size_share: float, fraction: float) -> SparseVector:
+    """CFFL's authors' reward: the ``fraction`` largest entries of the whole aggregate, less the client's own upload
+    scaled by ``size_share`` (on every entry, so its own update is removed whether or not it was chosen)."""
+    reward = largest_fraction(aggregate, fraction).dense() - size_share * own
+    return SparseVector(None, reward, reward.numel())
+
+
+def adaptive_threshold(remaining: int) -> float:
+    """CFFL's authors' c_th = (1/3)/|R| for |R| clients still in the federation."""
+    return 1.0 / (3.0 * remaining)
 
 
 @register_algorithm("cffl")
@@ -120,13 +146,19 @@ class CFFL(RewardedClients[VectorUpload]):
         for update, upload in zip(updates, uploads):
             load_vector(probe, global_vector + upload, keys)
             accuracy[update.cid] = self.ctx.accuracy(probe, val_x, val_y)
-        state.reputation = reputation_update(state.reputation, accuracy, p.alpha, p.threshold)
+        threshold = p.threshold if p.threshold_rule == "fixed" else adaptive_threshold(len(updates))
+        state.reputation = reputation_update(state.reputation, accuracy, p.alpha, threshold)
 
         top = float(state.reputation.max())
         for update, upload, size in zip(updates, uploads, sizes.tolist()):
             if p.download == "size":
                 state.rewards[update.cid] = download(aggregate, upload, size / float(sizes.max()), None)
                 state.share[update.cid] = 1.0
+            elif p.download == "authors":
+                fraction = (float(state.reputation[update.cid]) / top if top > 0 else 0.0) * size / float(sizes.max())
+                own_share = size / float(sizes.sum()) if fraction > 0 else 0.0  # a client that left gets nothing
+                state.rewards[update.cid] = download_then_remove(aggregate, upload, own_share, fraction)
+                state.share[update.cid] = fraction
             else:
                 fraction = float(state.reputation[update.cid]) / top if top > 0 else 0.0
                 state.rewards[update.cid] = download(aggregate, upload, size / float(sizes.sum()), fraction)

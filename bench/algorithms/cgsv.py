@@ -1,7 +1,10 @@
 """CGSV — Xu, Lyu, Ma, Miao, Foo, Low, "Gradient Driven Rewards to Guarantee Fairness in Collaborative Machine
 Learning", NeurIPS 2021 (pipelines/fedakd/NOTES.md §4 CGSV).
 
-Each round every client computes its local update Δ_k (one local pass). The server aggregates them into u,
+Each round every client computes its local update Δ_k (one local pass) and uploads it normalised, Γ·Δ_k/‖Δ_k‖
+(:func:`normalised`: CGSV's gradient normalisation, in its paper and its authors' code, which keeps a client
+from buying reputation or weight with a large update; ``upload: raw`` sends Δ_k as FedAKD's script does). The
+server aggregates the uploads into u,
 values each client by the cosine gradient Shapley value ψ_k = max(0, cos(Δ_k, u)) (:func:`cosine_values`),
 updates the reputations r ← α·r + (1 − α)·ψ, normalised (:func:`reputation_update`), and rewards client k
 with the ⌊q_k·D⌋ largest-magnitude entries of u, q_k = tanh(β·r_k) / max_j tanh(β·r_j) (β the altruism
@@ -13,7 +16,10 @@ pipelines/fedakd/NOTES.md §4 CGSV [P/I]: the switches of
 :class:`CGSVParams` (the aggregate's weights, the update's entries, what the reward is added to) and those of
 :mod:`bench.algorithms.rewards` (code: a copy of the global model, all local data).
 
-Defaults α = 0.9, β (altruism) = 1, sparse rewards [P Table 6; "BETA = 2.0" of Table 6 is unused by the code].
+Defaults α = 0.9, β (altruism) = 1, sparse rewards [P Table 6; "BETA = 2.0" of Table 6 is unused by the code];
+Γ = 0.5, CGSV's authors' value for MNIST (0.15 for CIFAR-10), which FedAKD's Table 6 does not list. Other
+differences from CGSV's authors' code are kept and listed in pipelines/fedakd/NOTES.md §4 CGSV (round 1 weighted by
+data size, ψ without max(0, ·), a per-layer reward).
 """
 from __future__ import annotations
 
@@ -37,6 +43,10 @@ class CGSVParams(RewardParams):
     alpha: float = Field(0.9, ge=0, le=1, description="α: weight of the old reputation in the moving average")
     altruism: float = Field(1.0, gt=0, description="β: the altruism degree in tanh(β·r)")
     sparse: bool = Field(True, description="reward with the top-q_k share of u (false: all of u)")
+    gamma: float = Field(0.5, gt=0, description="Γ: the norm of a normalised upload (CGSV's authors' MNIST value)")
+    upload: Literal["normalised", "raw"] = reading(
+        "normalised", "raw", "what a client uploads: Γ·Δ_k/‖Δ_k‖ (CGSV's paper and its authors' code); or Δ_k as "
+        "trained (FedAKD's script)")
     aggregate: Literal["reputation", "mean"] = reading(
         "reputation", "mean", "u = Σ_k r_k·Δ_k; or u = (1/K)Σ_k Δ_k (equal weights)")
     keys: Literal["parameters", "state"] = reading(
@@ -45,6 +55,11 @@ class CGSVParams(RewardParams):
     reward: Literal["own", "trained"] = reading(
         "own", "trained", "what the reward is added to: the personal model before training (its local update "
         "reaches it through u); or the locally trained copy of the global model, w_g ← w_g + u")
+
+
+def normalised(delta: torch.Tensor, gamma: float) -> torch.Tensor:
+    """Γ·Δ/(‖Δ‖ + 1e-7), the authors' guard against a zero update."""
+    return gamma * delta / (torch.linalg.vector_norm(delta) + 1e-7)
 
 
 def cosine_values(deltas: list[torch.Tensor], aggregate: torch.Tensor) -> torch.Tensor:
@@ -68,7 +83,8 @@ def reward_count(reputation: torch.Tensor, altruism: float, dim: int) -> list[in
 
 @register_algorithm("cgsv")
 class CGSV(RewardedClients[VectorUpload]):
-    """Up: the whole update Δ_k; down: the reward, the ⌊q_k·D⌋ largest entries of u (all of u without ``sparse``)."""
+    """Up: the whole update Δ_k (normalised to Γ in paper mode); down: the reward, the ⌊q_k·D⌋ largest entries of u
+    (all of u without ``sparse``)."""
 
     Params = CGSVParams
     params: CGSVParams
@@ -77,6 +93,9 @@ class CGSV(RewardedClients[VectorUpload]):
         return parameter_keys(model) if self.params.keys == "parameters" else state_keys(model, integers=True)
 
     def upload(self, client: Client[RewardedClient], delta: torch.Tensor) -> VectorUpload:
+        """Δ_k, normalised to Γ (``upload: normalised``) or as trained."""
+        if self.params.upload == "normalised":
+            delta = normalised(delta, self.params.gamma)
         return VectorUpload(client.cid, len(self.pool(client)[1]), SparseVector(None, delta, delta.numel()))
 
     def aggregate(self, round_index: int, server: Server[Reputations], updates: list[VectorUpload]) -> Metrics:

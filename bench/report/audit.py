@@ -203,8 +203,12 @@ class Audit:
         here = code_version()["uv_lock_sha256"]
         recorded = dvc_recorded_files(s, c.method)
         runs = {seed: r for seed, r in self.runs.items() if not isinstance(r, str)}
-        trained = {str(r.provenance["partition_sha256"]) for r in runs.values() if "partition_sha256" in r.provenance}
-        partition = check_partitions(s, [c.setting], data_dir, {c.setting: trained})[0]
+        trained: dict[tuple[str, int | None], set[str]] = {}
+        for seed, r in runs.items():
+            if "partition_sha256" in r.provenance:
+                trained.setdefault(s.partition_key(c.setting, seed), set()).add(str(r.provenance["partition_sha256"]))
+        partitions = check_partitions(s, [c.setting], data_dir, trained)
+        partition = next((p for p in partitions if p.failed), partitions[0])
         for seed, record in self.runs.items():
             out.append(f"seed {seed}")
             if isinstance(record, str):
@@ -436,7 +440,7 @@ def rerun(result: Audit, seeds: list[int], data_dir: Path | None, scratch: Path 
             raise BenchError(f"{record.run_dir} was trained with another config than the suite's now; a re-run "
                              "would not be the same run (restore the params, or `dvc repro` and audit again)")
         folder = Path(tempfile.mkdtemp(prefix=f"audit-{c.method}-{c.setting}-seed{seed}-", dir=scratch))
-        partition = suite.partition_dir(c.setting)
+        partition = suite.partition_dir(c.setting, seed)
         execute(RunRequest(config, folder, data_dir, partition if (partition / "partition.json").exists() else None),
                 str(record.provenance.get("cpu_kernels", "native")))
         values, differing, first = compare_records(record.run_dir / "records.csv", folder / "records.csv")

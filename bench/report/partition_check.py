@@ -34,6 +34,7 @@ class PartitionCheck:
     made: str | None
     trained: frozenset[str] = frozenset()
     why: str = ""  # why `saved` or `made` is None
+    seed: int | None = None  # the run seed whose own partition this is (suite.partition_seed: run)
 
     @property
     def failed(self) -> bool:
@@ -48,7 +49,7 @@ class PartitionCheck:
         return self.saved is not None and self.saved == self.made and not self.trained - {self.saved}
 
     def line(self) -> str:
-        name = f"partition {self.setting} ({self.folder})"
+        name = f"partition {self.setting}{'' if self.seed is None else f' seed {self.seed}'} ({self.folder})"
         if self.saved is None:
             return f"{name}: {self.why}"
         if self.made is not None and self.saved != self.made:
@@ -63,27 +64,30 @@ class PartitionCheck:
 
 
 def check_partition(suite: Suite, setting: str, data: PreparedDataset | None, trained: Iterable[str] = (),
-                    why_no_data: str = "") -> PartitionCheck:
-    """The check of ``setting``'s saved partition against the one ``data`` (its prepared dataset; None: not at
-    hand, ``why_no_data`` says why) makes; ``trained``: the partition sha256 its runs recorded."""
-    folder = suite.partition_dir(setting)
+                    why_no_data: str = "", seed: int | None = None) -> PartitionCheck:
+    """The check of ``setting``'s saved partition (with ``partition_seed: run``, run seed ``seed``'s) against the
+    one ``data`` (its prepared dataset; None: not at hand, ``why_no_data`` says why) makes; ``trained``: the
+    partition sha256 its runs recorded."""
+    folder = suite.partition_dir(setting, seed)
     recorded = frozenset(trained)
     if not (folder / "partition.json").exists():
-        return PartitionCheck(setting, folder, None, None, recorded, "absent (fetch it with `dvc pull`)")
+        return PartitionCheck(setting, folder, None, None, recorded, "absent (fetch it with `dvc pull`)", seed)
     try:
         saved = load_partition(folder).sha256
     except BenchError as exc:
-        return PartitionCheck(setting, folder, None, None, recorded, f"UNREADABLE: {exc}")
+        return PartitionCheck(setting, folder, None, None, recorded, f"UNREADABLE: {exc}", seed)
     if data is None:
-        return PartitionCheck(setting, folder, saved, None, recorded, why_no_data)
-    return PartitionCheck(setting, folder, saved, partition_for(suite.partition_config(setting), data, None).sha256,
-                          recorded)
+        return PartitionCheck(setting, folder, saved, None, recorded, why_no_data, seed)
+    return PartitionCheck(setting, folder, saved,
+                          partition_for(suite.partition_config(setting, seed), data, None).sha256, recorded, "", seed)
 
 
 def check_partitions(suite: Suite, settings: Iterable[str], data_dir: Path | None,
-                     trained: dict[str, set[str]] | None = None, prepare: bool = False) -> list[PartitionCheck]:
-    """:func:`check_partition` of each setting, each dataset loaded once from ``data_dir``; ``prepare``:
-    prepare an embedded dataset that is not yet (else a dataset not prepared there is not at hand)."""
+                     trained: dict[tuple[str, int | None], set[str]] | None = None,
+                     prepare: bool = False) -> list[PartitionCheck]:
+    """:func:`check_partition` of each setting's partitions (one, or one per run seed), each dataset loaded once
+    from ``data_dir``; ``trained`` by :meth:`Suite.partition_key`; ``prepare``: prepare an embedded dataset that
+    is not yet (else a dataset not prepared there is not at hand)."""
     loaded: dict[str, PreparedDataset | None] = {}
     checks = []
     for setting in settings:
@@ -91,6 +95,7 @@ def check_partitions(suite: Suite, settings: Iterable[str], data_dir: Path | Non
         folder = prepared_dir(name, data_dir)
         if name not in loaded:
             loaded[name] = load_dataset(name, data_dir) if prepare or (folder / "manifest.json").exists() else None
-        checks.append(check_partition(suite, setting, loaded[name], (trained or {}).get(setting, ()),
-                                      f"{name} is not prepared in {folder.parent.parent}: give --data-dir"))
+        for seed in suite.partition_seeds():
+            checks.append(check_partition(suite, setting, loaded[name], (trained or {}).get((setting, seed), ()),
+                                          f"{name} is not prepared in {folder.parent.parent}: give --data-dir", seed))
     return checks

@@ -503,11 +503,12 @@ def compare(suite: Suite, path: Path, data_dir: Path | None = None, required: bo
     produce = {r.method for r in failed if r.method in methods and r.setting in settings}
     removed = tuple(dict.fromkeys(f"{r.method}/{r.setting}" for r in failed
                                   if r.method not in methods or r.setting not in settings))
-    trained: dict[str, set[str]] = {}
-    for (_, setting, _), record in found.items():
+    trained: dict[tuple[str, int | None], set[str]] = {}
+    for (_, setting, seed), record in found.items():
         recorded = record.provenance.get("partition_sha256")
-        trained.setdefault(setting, set()).update([recorded] if recorded else [])
-    partitions = tuple(check_partitions(suite, [s for s in settings if s in trained], data_dir, trained))
+        trained.setdefault(suite.partition_key(setting, seed), set()).update([recorded] if recorded else [])
+    partitions = tuple(check_partitions(suite, [s for s in settings if any(k[0] == s for k in trained)], data_dir,
+                                        trained))
     return Comparison(Path(path), pinned, rows, repro_command(suite, produce) if produce else None, removed,
                       partitions, exists, other_kernels(pinned, list(found.values())))
 

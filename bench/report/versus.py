@@ -149,7 +149,7 @@ class Versus:
     skipped: tuple[str, ...] = ()  # suite methods without the statistic (e.g. Standalone: no global model)
 
 
-def verified_partitions(suite: Suite, data_dir: Path | None) -> dict[str, str]:
+def verified_partitions(suite: Suite, data_dir: Path | None) -> dict[tuple[str, int | None], str]:
     """Each setting's saved partition sha256, once it is verified to be the partition the setting's data,
     scheme and seed make (:mod:`bench.report.partition_check`); a one-line error for the first that is not."""
     checks = check_partitions(suite, suite.params.settings, data_dir, prepare=True)
@@ -159,11 +159,11 @@ def verified_partitions(suite: Suite, data_dir: Path | None) -> dict[str, str]:
                              f"write them with `bench suite partition --params {suite.params_file}`")
         if not check.verified:
             raise BenchError(check.line())
-    return {check.setting: str(check.saved) for check in checks}
+    return {suite.partition_key(check.setting, check.seed): str(check.saved) for check in checks}
 
 
 def versus_requests(suite: Suite, method: str, out: Path, data_dir: Path | None,
-                    partitions: dict[str, str]) -> list[RunRequest]:
+                    partitions: dict[tuple[str, int | None], str]) -> list[RunRequest]:
     """The new method's runs on the suite's pinned partitions (``partitions``: each setting's verified
     sha256) and seeds that ``out`` lacks (a run whose records hold the same config and partition is reused)."""
     requests = []
@@ -173,8 +173,8 @@ def versus_requests(suite: Suite, method: str, out: Path, data_dir: Path | None,
             run_dir = out / "runs" / setting / f"seed{seed}"
             record = read_run(run_dir)
             if isinstance(record, str) or record.metrics.get("config_sha256") != config.sha256 \
-                    or record.provenance.get("partition_sha256") != partitions[setting]:
-                requests.append(RunRequest(config, run_dir, data_dir, suite.partition_dir(setting)))
+                    or record.provenance.get("partition_sha256") != partitions[suite.partition_key(setting, seed)]:
+                requests.append(RunRequest(config, run_dir, data_dir, suite.partition_dir(setting, seed)))
     return requests
 
 

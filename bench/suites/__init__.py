@@ -101,6 +101,10 @@ class SuiteSection(BaseModel):
         "bench/runner/checkpoint.py). Results never depend on it"))
     timing: str | None = Field(None, description="the per-round times file of `time_of` budgets (bench suite time), "
                                                  "relative to the suite's root")
+    partition_seed: Literal["setting", "run"] = Field("setting", description=(
+        "setting: every run of a setting trains on the one partition `partition.seed` draws (partitions/<suite>/"
+        "<setting>/); run: each run seed s draws its own, with partition seed `partition.seed` + s (partitions/"
+        "<suite>/<setting>/seed<s>/), so the spread over seeds includes the partition's"))
     base: dict[str, Any] = Field(default_factory=dict)
 
 
@@ -207,8 +211,21 @@ class Suite:
         base = self.root / "results" / self.name
         return base / method if method else base
 
-    def partition_dir(self, setting: str) -> Path:
-        return self.root / "partitions" / self.name / setting
+    def partition_seeds(self) -> list[int | None]:
+        """The run seeds that draw their own partition (``partition_seed: run``); [None]: one partition a setting."""
+        return list(self.params.suite.seeds) if self.params.suite.partition_seed == "run" else [None]
+
+    def partition_key(self, setting: str, seed: int | None) -> tuple[str, int | None]:
+        """Which saved partition the run (setting, seed) trains on: (setting, seed), or (setting, None) when the
+        setting has one."""
+        return setting, seed if self.params.suite.partition_seed == "run" else None
+
+    def partition_dir(self, setting: str, seed: int | None = None) -> Path:
+        """The folder of the partition the run (setting, ``seed``) trains on (``seed`` None: the first seed's)."""
+        folder = self.root / "partitions" / self.name / setting
+        if self.params.suite.partition_seed == "run":
+            return folder / f"seed{self.params.suite.seeds[0] if seed is None else seed}"
+        return folder
 
     def run_dir(self, method: str, setting: str, seed: int) -> Path:
         return self.results_dir(method) / setting / f"seed{seed}"
@@ -313,6 +330,9 @@ class Suite:
         raw, budget = _merge(self._layers(method, setting))
         raw["algorithm"] = p.methods[method].algorithm(method, setting)
         raw["seed"] = seed
+        if p.suite.partition_seed == "run":
+            partition = raw.setdefault("partition", {})
+            partition["seed"] = int(partition.get("seed", 0)) + seed
         raw["name"] = f"{self.name}-{method}-{setting}"
         raw.setdefault("tracking", {})["experiment"] = f"suite-{self.name}"
         try:
@@ -336,8 +356,8 @@ class Suite:
 
     def requests(self, method: str, data_dir: Path | None = None) -> list[RunRequest]:
         return [RunRequest(self.config(method, setting, seed), self.run_dir(method, setting, seed), data_dir,
-                           self.partition_dir(setting) if (self.partition_dir(setting) / "partition.json").exists()
-                           else None, CheckpointPolicy(self.params.suite.checkpoint_every,
+                           self.partition_dir(setting, seed)
+                           if (self.partition_dir(setting, seed) / "partition.json").exists() else None, CheckpointPolicy(self.params.suite.checkpoint_every,
                                                        self.params.suite.checkpoint_interval_s))
                 for setting in self.settings_of(method) for seed in self.params.suite.seeds]
 
@@ -359,10 +379,11 @@ class Suite:
             raise BenchError(f"suite {self.name}, figure {figure}: plot {plot!r} is not heatmap or bubbles")
         return plot
 
-    def partition_config(self, setting: str) -> ExperimentConfig:
-        """The config whose dataset and partition make this setting's partition (any method run there will do)."""
+    def partition_config(self, setting: str, seed: int | None = None) -> ExperimentConfig:
+        """The config whose dataset and partition make the partition of the run (setting, ``seed``; None: the
+        first seed) — any method run there will do."""
         method = next((m for m in self.params.methods if self.runs_on(m, setting)), next(iter(self.params.methods)))
-        return self.config(method, setting, self.params.suite.seeds[0], timed=False)
+        return self.config(method, setting, self.params.suite.seeds[0] if seed is None else seed, timed=False)
 
     def timed_settings(self) -> list[str]:
         """The settings whose budget (in ``base``, the setting or a method's ``config``) is ``time_of``."""
