@@ -49,10 +49,10 @@ from bench.rng import numpy_stream, seeded_torch  # noqa: E402
 # proxy -> (params file, the setting whose FedAvg run is measured, model overrides)
 PROXIES: dict[str, tuple[str, str, dict[str, Any]]] = {
     "default": ("params.yaml", "iid", {}),
-    "fedal-cnn": ("pipelines/fedal/params.yaml", "hom-a2", {}),
+    "fedal-cnn": ("pipelines/fedal/params.yaml", "hom-a2", {"name": "cnn", "kwargs": {}}),
     "fedal-mlp": ("pipelines/fedal/params.yaml", "hom-a2", {"name": "mlp", "kwargs": {}}),
     "dafkd": ("pipelines/dafkd/params.yaml", "a1", {}),
-    "fedakd": ("pipelines/fedakd/params.yaml", "pow", {}),
+    "fedakd": ("pipelines/fedakd/params.yaml", "ics5", {}),
     "fedhkd": ("pipelines/fedhkd/params.yaml", "m10", {}),
 }
 SHAPES = {"28": ("domaindigits28", (1, 28, 28)), "32": ("domaindigits32", (3, 32, 32))}
