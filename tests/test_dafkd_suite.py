@@ -162,3 +162,16 @@ def test_smoke_profile_dvc_repro_end_to_end(tmp_path: Path) -> None:
     final = run_dvc(project, "repro", "pipelines/dafkd/dvc.yaml")
     assert final.returncode == 0, final.stderr[-3000:]
     assert "0 DRIFT, 0 MISSING" in (report / "drift.md").read_text()
+
+
+def test_the_proxys_server_distillation_rows_evaluate_under_the_clients_batchnorm_rule() -> None:
+    """A27: every proxy row whose server trains or replaces the global model (DaFKD and its variants, FedDF,
+    FedFTG, FedGen) evaluates with BatchNorm statistics re-estimated on the clients' data, as the paper
+    profiles do; the code row keeps code mode's own default, the released test-set passes."""
+    proxy = load_suite(PARAMS, overrides=["profile=proxy"])
+    for method in proxy.methods:
+        params = proxy.config(method, proxy.settings_of(method)[0], 0).algorithm.params
+        if method == "dafkd_code":
+            assert (params.get("mode"), params.get("student_bn_stats")) == ("code", "test")
+        elif method not in ("fedavg", "fedprox"):
+            assert params.get("student_bn_stats") == "clients", method
