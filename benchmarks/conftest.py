@@ -1,2 +1,6 @@
 """Benchmarks reuse the test fixtures (prepared digits, isolated working directory)."""
-from tests.conftest import _isolated, data_dir  # noqa: F401
+import os
+
+os.environ.setdefault("BENCH_CPU_KERNELS", "native")  # benchmarks measure the default level; tests/conftest.py pins the tests'
+
+from tests.conftest import _isolated, data_dir  # noqa: F401,E402

@@ -173,22 +173,26 @@ def test_runs_at_other_cpu_kernels_than_the_pins_compare_within_the_tolerance_an
         suite_root: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """A pin records its CPU kernels; native runs against portable pins are never compared bitwise, and
     compare says so in one line with the fix; runs at the pins' kernels compare bitwise and say nothing."""
+    from bench import cpu_kernels_in_force, describe_cpu_kernels, kernel_level_name
+
+    ours = describe_cpu_kernels(cpu_kernels_in_force())  # the level the fixture's runs trained at
+    other = PORTABLE if ours == "native" else "native"
     pinned = tmp_path / "pinned.json"
     assert bench(suite_root, "pin", "--out", str(pinned)) == 0
     data = json.loads(pinned.read_text())
-    assert data["environment"]["cpu_kernels"] == "native" and "cpu_kernels" in data["tolerance"]["fingerprint"]
+    assert data["environment"]["cpu_kernels"] == ours and "cpu_kernels" in data["tolerance"]["fingerprint"]
     data["values"]["fedavg"]["iid"]["seeds"]["0"]["values"]["final_global_acc"] += 0.03
     pinned.write_text(json.dumps(data))
     capsys.readouterr()
     assert bench(suite_root, "compare", "--pinned", str(pinned)) == 1  # the pins' kernels: exact
     assert "CPU kernels:" not in capsys.readouterr().out
-    data["environment"]["cpu_kernels"] = PORTABLE
+    data["environment"]["cpu_kernels"] = other
     pinned.write_text(json.dumps(data))
     assert bench(suite_root, "compare", "--pinned", str(pinned)) == 0  # other kernels: the tolerance
     out = capsys.readouterr().out
     assert "CPU kernels: runs trained at other kernels than the pins (" in out
-    assert (f" at native; pinned at portable: {PORTABLE}) compare within the pinned tolerance, not bitwise; to compare them bitwise, re-train them at the pins' "
-            "kernels") in out
+    assert (f" at {kernel_level_name(ours)}; pinned at {kernel_level_name(other)}: {other}) compare within the "
+            "pinned tolerance, not bitwise; to compare them bitwise, re-train them at the pins' kernels") in out
 
 
 def test_a_pinned_suite_trains_at_its_pins_cpu_kernels(suite_root: Path, tmp_path: Path,
@@ -204,7 +208,9 @@ def test_a_pinned_suite_trains_at_its_pins_cpu_kernels(suite_root: Path, tmp_pat
     shutil.copytree(suite_root, root, ignore=shutil.ignore_patterns("results", "reports"))
     assert bench(suite_root, "pin", "--out", str(root / "reports" / "pinned" / "tiny.json")) == 0
     path = root / "reports" / "pinned" / "tiny.json"
-    path.write_text(path.read_text().replace('"cpu_kernels": "native"', f'"cpu_kernels": "{PORTABLE}"'))
+    pin = json.loads(path.read_text())
+    pin["environment"]["cpu_kernels"] = PORTABLE  # whatever level the fixture's runs had
+    path.write_text(json.dumps(pin))
     common = ["--params", str(root / "params.yaml"), "--data-dir", str(root / "data")]
     assert main(["suite", "train", *common, "--method", "fedavg", "-S", "suite.base.training.rounds=1"]) == 0
     recorded = {json.loads(p.read_text())["cpu_kernels"] for p in (root / "results/tiny/fedavg").rglob("provenance.json")}
