@@ -4,8 +4,6 @@ GPU, and its comparison holds the one-round differences to the stated tolerances
 fetched here, so the comparison's run is not repeated; its parts are checked."""
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -14,20 +12,10 @@ import torch
 
 from bench.runner.federation import to_tensor
 
+from tests.scripts import load_script
+
 SCRIPT = Path(__file__).resolve().parents[1] / "pipelines" / "dafkd" / "validation" / "released_code.py"
-
-
-def load_script() -> Any:
-    """The script as a module (it lives in a plug-in folder, not in a package)."""
-    spec = importlib.util.spec_from_file_location("dafkd_released_code", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while the class is built
-    spec.loader.exec_module(module)
-    return module
-
-
-script = load_script()
+script: Any = load_script(SCRIPT, "dafkd_released_code")
 
 
 @pytest.fixture(scope="module")

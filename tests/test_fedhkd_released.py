@@ -3,11 +3,10 @@ and tables per-round values over the runs not diverged by then."""
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import math
-import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -15,20 +14,10 @@ from bench.data import registry
 from bench.data.partition import partition_dataset
 from bench.errors import BenchError
 
+from tests.scripts import load_script
+
 SCRIPT = Path(__file__).resolve().parents[1] / "pipelines" / "fedhkd" / "validation" / "released_code.py"
-
-
-def load_script():
-    """The script as a module (it lives in a plug-in folder, not in a package)."""
-    spec = importlib.util.spec_from_file_location("fedhkd_released_code", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while the class is built
-    spec.loader.exec_module(module)
-    return module
-
-
-script = load_script()
+script: Any = load_script(SCRIPT, "fedhkd_released_code")
 Run, check_loaders, digits32, finite_or_text = script.Run, script.check_loaders, script.digits32, script.finite_or_text
 first_non_finite, parse_args, parse_released = script.first_non_finite, script.parse_args, script.parse_released
 per_round_table, round_table, divergence_table = script.per_round_table, script.round_table, script.divergence_table
