@@ -111,6 +111,26 @@ def test_paper_and_code_profiles_follow_their_protocols() -> None:
     assert t5.evaluation.clients_on_global_test and t5.partition.scheme_params["alpha"] == 2.0
 
 
+@pytest.mark.parametrize("setting, model, lr, epochs", [
+    ("fmnist-pow", "fedakd_cnn2", 0.15, 30), ("fmnist-ics5-time", "fedakd_cnn2", 0.15, 30),
+    ("cifar10-bcs", "fedakd_cnn3", 0.015, 100)])
+def test_code_modes_cf_reference_is_the_released_standalone_script(setting: str, model: str, lr: float,
+                                                                   epochs: int) -> None:
+    """paper_code's Standalone is what the released script behind CF's per-client file trains: the two-layer
+    CNN (FMNIST) or three-layer CNN (CIFAR-10), one Adam for the run at lr 0.15 / 0.015, 30 / 100 epochs of
+    batch 32, on pixel/255 inputs; the paper profile keeps its reading, SimpleCNN at a tenth of the lr."""
+    paper, code = (load_suite(PARAMS, overrides=[f"profile={p}"]) for p in ("paper", "paper_code"))
+    cfg = code.config("standalone", setting, 0, timed=False)
+    t = cfg.training
+    assert (cfg.model.name, t.optimizer.name, t.optimizer.lr, t.optimizer.persistent) == (model, "adam", lr, True)
+    assert (t.rounds * t.local_epochs, t.batch_size, cfg.dataset.normalize) == (epochs, 32, "unit")
+    assert code.config("fedavg", setting, 0, timed=False).model.name == "fedakd_simplecnn"
+    ref = paper.config("standalone", setting, 0, timed=False)
+    federated_lr = paper.config("fedavg", setting, 0, timed=False).training.optimizer.lr
+    assert (ref.model.name, ref.training.rounds) == ("fedakd_simplecnn", 20)
+    assert ref.training.optimizer.lr == pytest.approx(federated_lr / 10)
+
+
 def test_smoke_profile_dvc_repro_pin_compare(tmp_path: Path) -> None:
     """The pipeline's dvc.yaml at smoke scale in a scratch copy of the project: the timing file measured by
     `bench suite time`, then `dvc repro` (partitions, partition figures, every method, the report with its
