@@ -220,8 +220,8 @@ def _suite_report(args: argparse.Namespace) -> int:
 def _suite_cost(args: argparse.Namespace) -> int:
     from bench.report.cost import MeasuredSteps, cost_table
 
-    gpu = MeasuredSteps.load(args.gpu) if args.gpu is not None else None
-    print(cost_table(_suite(args), args.tflops, args.data_dir, gpu))
+    gpus = [MeasuredSteps.load(path) for path in args.gpu]
+    print(cost_table(_suite(args), args.tflops, args.data_dir, gpus))
     return 0
 
 
@@ -461,8 +461,9 @@ def build_parser() -> argparse.ArgumentParser:
                          "(methods' training FLOPs measured on a stand-in of each setting's data)", _suite_cost)
     cost.add_argument("--tflops", type=float, default=None, help="assumed sustained TFLOP/s of one GPU (default: "
                       "DEFAULT_TFLOPS of bench/report/cost.py, which states where it comes from)")
-    cost.add_argument("--gpu", type=Path, default=None, help="a step-time file of benchmarks/gpu.py measure (e.g. "
-                      "benchmarks/gpu/gpu-nvidia-h200.json): GPU-hours at the step times measured there as well")
+    cost.add_argument("--gpu", type=Path, action="append", default=[], help="a step-time file of benchmarks/gpu.py "
+                      "measure (e.g. benchmarks/gpu/gpu-nvidia-h200.json): GPU-hours at the step times measured "
+                      "there as well; repeat it for one column per GPU")
     timing = suite_command("time", "measure every method's seconds per round on the settings whose budget is time_of "
                            "(deliberately, like pinning: the runs' rounds derive from the file it writes)", _suite_time)
     timing.add_argument("--rounds", type=_positive, default=5, help="rounds per probe (the first and last are left out)")

@@ -22,6 +22,7 @@ Commands (``workload`` needs the project's environment, ``measure`` only torch, 
     uv run python benchmarks/gpu.py workload                 # resolve the paper profiles -> benchmarks/gpu/workload.json
     python benchmarks/gpu.py measure --out DIR               # on the GPU machine: DIR/gpu-<device>.json
     uv run python benchmarks/gpu.py measure --quick --out D  # the same code at a toy size on the CPU (tests)
+    uv run python benchmarks/gpu.py table benchmarks/gpu/gpu-*.json   # measured files side by side (docs/scale.md)
 
 The measured files live in ``benchmarks/gpu/``; ``docs/scale.md`` quotes them.
 """
@@ -291,6 +292,45 @@ def measure(out_dir: Path, quick: bool, parts: list[str]) -> Path:
     return path
 
 
+# ---- table: the measured files side by side ----------------------------------------------------------------
+
+
+def table(paths: list[Path]) -> str:
+    """Markdown tables of measured files side by side (one column per file): each step's milliseconds under the
+    runs' settings with the achieved TFLOP/s; ``vectorize_clients``' speed-up over the loop; runs per hour with k
+    runs sharing the device. What the docs quote from ``benchmarks/gpu/``."""
+    files = [json.loads(Path(p).read_text()) for p in paths]
+    heads = [Path(p).stem.removeprefix("gpu-") for p in paths]
+
+    def md(header: list[str], rows: list[list[str]]) -> str:
+        lines = [header, ["---"] * len(header), *rows]
+        return "\n".join("| " + " | ".join(cells) + " |" for cells in lines)
+
+    steps: dict[str, list[str]] = {}
+    for i, f in enumerate(files):
+        for row in f.get("steps", []):
+            d = row["deterministic"]
+            steps.setdefault(row["key"], ["—"] * len(files))[i] = f"{d['step_s'] * 1e3:.2f} ({d['step_tflops']:.2f})"
+    out = [md(["training step (ms, TFLOP/s)", *heads], [[k, *v] for k, v in sorted(steps.items())])]
+    vectorize: dict[int, list[str]] = {}
+    for i, f in enumerate(files):
+        for row in f.get("vectorize", []):
+            vectorize.setdefault(row["clients_per_round"], ["—"] * len(files))[i] = (
+                f"{row['loop_train_s']:.2f} s / {row['vectorized_train_s']:.2f} s = {row['speedup']:.2f}×")
+    if vectorize:
+        out.append(md(["clients a round (loop / together)", *heads],
+                      [[str(k), *v] for k, v in sorted(vectorize.items())]))
+    share: dict[int, list[str]] = {}
+    for i, f in enumerate(files):
+        for row in f.get("share", []):
+            share.setdefault(row["runs"], ["—"] * len(files))[i] = (
+                f"{row['runs_per_hour']:.0f} ({row['train_s_median']:.2f} s)")
+    if share:
+        out.append(md(["runs sharing the device (runs/hour, training s each)", *heads],
+                      [[str(k), *v] for k, v in sorted(share.items())]))
+    return "\n\n".join(out)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -299,6 +339,8 @@ def main(argv: list[str] | None = None) -> int:
     m.add_argument("--out", type=Path, required=True)
     m.add_argument("--quick", action="store_true", help="a toy size (the CPU test)")
     m.add_argument("--parts", default="steps,vectorize,share")
+    t = sub.add_parser("table", help="print measured files side by side as Markdown tables")
+    t.add_argument("files", type=Path, nargs="+")
     one = sub.add_parser("one-run")
     one.add_argument("--device", required=True)
     one.add_argument("--data", type=Path, required=True)
@@ -310,6 +352,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"wrote {WORKLOAD}: {len(json.loads(WORKLOAD.read_text())['steps'])} steps")
     elif args.command == "measure":
         measure(args.out, args.quick, args.parts.split(","))
+    elif args.command == "table":
+        print(table(args.files))
     else:
         one_run(args.device, args.data, args.rounds)
     return 0

@@ -69,13 +69,19 @@ def test_measured_step_times_price_each_run_at_its_own_models_speed(tmp_path: Pa
     c = costs["moon"]
     assert gpu.seconds(c) == pytest.approx(c.train_flops_per_image * c.train_images * 2e-12
                                            + c.forward_flops * c.eval_images * 0.25e-12)
-    table = cost_table(suite, 2.0, gpu=gpu)
+    table = cost_table(suite, 2.0, gpus=[gpu])
     assert "GPU-h on Test GPU (measured steps)" in table.splitlines()[2]
     total = sum(gpu.seconds(c) for c in costs.values()) / 3600
     assert table.splitlines()[-1].split("|")[5].strip() == f"{total:.3g}"
     row["deterministic"]["step_s"] = 0.008
-    path.write_text(json.dumps({"device": "Test GPU", "steps": [row]}))
-    assert MeasuredSteps.load(path).seconds(c) > gpu.seconds(c)
+    path.write_text(json.dumps({"device": "Slower GPU", "steps": [row]}))
+    slower = MeasuredSteps.load(path)
+    assert slower.seconds(c) > gpu.seconds(c)
+    both = cost_table(suite, 2.0, gpus=[gpu, slower]).splitlines()
+    assert [h.strip() for h in both[2].split("|")[5:7]] == ["GPU-h on Test GPU (measured steps)",
+                                                            "GPU-h on Slower GPU (measured steps)"]
+    slower_total = sum(slower.seconds(c) for c in costs.values()) / 3600
+    assert [x.strip() for x in both[-1].split("|")[5:7]] == [f"{total:.3g}", f"{slower_total:.3g}"]
 
 
 def test_a_step_file_without_the_runs_model_is_refused_in_one_line(tmp_path: Path,
@@ -97,5 +103,6 @@ def test_the_committed_gpu_measurement_covers_every_paper_profiles_steps() -> No
     from benchmarks.gpu import WORKLOAD, workload
 
     assert json.loads(WORKLOAD.read_text()) == workload(), "run `uv run python benchmarks/gpu.py workload` again"
-    measured = json.loads((WORKLOAD.parent / "gpu-nvidia-h200.json").read_text())
-    assert {s["key"] for s in measured["steps"]} >= {s["key"] for s in workload()["steps"]}
+    for name in ("gpu-nvidia-h200.json", "gpu-nvidia-h100-80gb-hbm3.json"):
+        measured = json.loads((WORKLOAD.parent / name).read_text())
+        assert {s["key"] for s in measured["steps"]} >= {s["key"] for s in workload()["steps"]}, name

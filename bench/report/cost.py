@@ -37,7 +37,7 @@ from __future__ import annotations
 import json
 import math
 import statistics
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -252,30 +252,28 @@ def suite_costs(suite: Suite, data_dir: Path | None = None) -> list[RunCost]:
 
 
 def cost_table(suite: Suite, tflops: float | None = None, data_dir: Path | None = None,
-               gpu: MeasuredSteps | None = None) -> str:
+               gpus: Sequence[MeasuredSteps] = ()) -> str:
     """Per method: forward passes per trained image (measured), FLOPs and GPU-hours of all its runs at
-    ``tflops`` sustained TFLOP/s (default :data:`DEFAULT_TFLOPS`) and, with ``gpu``, at the step times
+    ``tflops`` sustained TFLOP/s (default :data:`DEFAULT_TFLOPS`) and, for each of ``gpus``, at the step times
     measured on that GPU; the measured training time per round relative to the first method where the
     suite's runs exist (a check of the FLOP model's ratios); the total."""
     tflops = DEFAULT_TFLOPS if tflops is None else tflops
     if tflops <= 0:
         raise BenchError(f"--tflops {tflops:g}: the assumed throughput must be positive")
     costs = suite_costs(suite, data_dir)
-    if gpu is not None:
-        measured_hours = {c: gpu.seconds(c) / 3600 for c in costs}
+    measured_hours = [{c: gpu.seconds(c) / 3600 for c in costs} for gpu in gpus]
     seeds = len(suite.params.suite.seeds)
     found, _ = find_runs(suite)
     reference = next(iter(suite.params.methods))
     header = ["method", "passes/trained image", "PFLOP per run (mean)", "GPU-h (all settings × seeds)",
               f"FLOP ratio to {reference}", f"measured time ratio to {reference}"]
-    if gpu is not None:
-        header.insert(4, f"GPU-h on {gpu.device} (measured steps)")
+    header[4:4] = [f"GPU-h on {gpu.device} (measured steps)" for gpu in gpus]
 
     def measured_time(method: str) -> float | None:
         times = [r.seconds_per_round for (m, _, _), r in found.items() if m == method]
         return sum(times) / len(times) if times and len(times) == len(suite.settings_of(method)) * seeds else None
 
-    rows, total, total_measured = [], 0.0, 0.0
+    rows, total, total_measured = [], 0.0, [0.0] * len(gpus)
     base = [c for c in costs if c.method == reference]
     base_train = sum(c.train_flops_per_image * c.train_images for c in base)
     for method in suite.params.methods:
@@ -289,16 +287,15 @@ def cost_table(suite: Suite, tflops: float | None = None, data_dir: Path | None 
         row = [method, f"{sum(c.train_flops_per_image / c.forward_flops for c in mine) / len(mine):.2f}",
                f"{flops / seeds / len(mine) / 1e15:.3g}", f"{flops / (tflops * 1e12) / 3600:.3g}",
                f"{train / base_train:.2f}", "—" if ratio is None else f"{ratio:.2f}"]
-        if gpu is not None:
-            hours = sum(measured_hours[c] for c in mine) * seeds
-            total_measured += hours
-            row.insert(4, f"{hours:.3g}")
+        hours = [sum(on_gpu[c] for c in mine) * seeds for on_gpu in measured_hours]
+        total_measured = [t + h for t, h in zip(total_measured, hours)]
+        row[4:4] = [f"{h:.3g}" for h in hours]
         rows.append(row)
     rows.append(["total", "", "", f"{total / (tflops * 1e12) / 3600:.3g}", "", ""])
-    if gpu is not None:
-        rows[-1].insert(4, f"{total_measured:.3g}")
-    measured = "" if gpu is None else (f"; and at the training and evaluation step times measured on {gpu.device} "
-                                       "(--gpu, benchmarks/gpu.py), one run at a time")
+    rows[-1][4:4] = [f"{t:.3g}" for t in total_measured]
+    measured = "" if not gpus else (f"; and at the training and evaluation step times measured on "
+                                    f"{' and on '.join(gpu.device for gpu in gpus)} (--gpu, benchmarks/gpu.py), "
+                                    "one run at a time")
     return (f"suite {suite.name}: {len(suite.params.methods)} methods × {len(suite.params.settings)} settings × "
             f"{seeds} seeds; GPU-hours at an assumed sustained {tflops:g} TFLOP/s (--tflops){measured}\n\n"
             + markdown_table(header, rows))
