@@ -164,6 +164,30 @@ def test_smoke_profile_dvc_repro_end_to_end(tmp_path: Path) -> None:
     assert "0 DRIFT, 0 MISSING" in (report / "drift.md").read_text()
 
 
+@pytest.mark.parametrize("profile", ["proxy", "paper", "paper_steps"])
+def test_every_optimiser_follows_the_one_learning_rate_rule(profile: str) -> None:
+    """A28: 1e-3 for every client optimiser, 1e-2 for every server optimiser that trains the global model (FedDF's
+    and DaFKD's distillation, FedFTG's student), on the proxy as on the paper profiles; only the code row keeps the
+    released script's 1e-4."""
+    suite = load_suite(PARAMS, overrides=[f"profile={profile}"])
+    for method in suite.methods:
+        for setting in suite.settings_of(method):
+            config = suite.config(method, setting, 0, timed=False)
+            params = config.algorithm.params
+            expected = (1e-4, 1e-4) if method == "dafkd_code" else (1e-3, 1e-2)
+            assert config.training.optimizer.lr == expected[0], (method, setting)
+            server = {"feddf": "distill_lr", "dafkd": "distill_lr", "fedftg": "student_lr"}.get(config.algorithm.name)
+            if server is not None:
+                assert resolved(config.algorithm.name, params)[server] == expected[1], (method, setting)
+
+
+def resolved(algorithm: str, params: dict[str, object]) -> dict[str, object]:
+    """The algorithm's hyperparameters with its defaults filled in (its pydantic Params)."""
+    from bench.algorithms import get_algorithm
+
+    return get_algorithm(algorithm).Params(**params).model_dump()
+
+
 def test_the_proxys_server_distillation_rows_evaluate_under_the_clients_batchnorm_rule() -> None:
     """A27: every proxy row whose server trains or replaces the global model (DaFKD and its variants, FedDF,
     FedFTG, FedGen) evaluates with BatchNorm statistics re-estimated on the clients' data, as the paper
