@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import Any, cast
 
 import pytest
 import torch
 from torch import nn
 
 from bench.algorithms.cffl import adaptive_threshold, download, download_then_remove, reputation_update as cffl_reputation
-from bench.algorithms.cgsv import cosine_values, normalised, reputation_update as cgsv_reputation, reward_count
+from bench.algorithms.cgsv import (CGSV, CGSVParams, cosine_values, normalised, reputation_update as cgsv_reputation,
+                                  reward_count)
+from bench.algorithms.rewards import RewardedClient, Reputations, VectorUpload
 from bench.algorithms.fedas import alignment_loss, class_prototypes, fisher_trace
 from bench.algorithms.fedave import (batch_losses, distribution_factors, download_fraction, kl_divergence,
                                     reputation_update as fedave_reputation)
@@ -19,7 +22,9 @@ from bench.algorithms.fedmpr import magnitude_prune
 from bench.algorithms.fedsac import apply_mask, conv_filters, filter_importance, reputations, submodel_mask
 from bench.algorithms.pfedck import cluster_updates, mutual_losses
 from bench.engine.ledger import payload_bytes
-from bench.engine.vectors import clip_norm, flatten, keep_fraction, keep_largest, largest_entries, unflatten
+from bench.engine.state import Client, Server
+from bench.engine.vectors import (SparseVector, clip_norm, flatten, keep_fraction, keep_largest, largest_entries,
+                                  unflatten)
 from bench.suites.statistics import Records
 from tests.conftest import small_config
 
@@ -126,6 +131,56 @@ def test_cgsv_values_reputation_and_reward_by_hand() -> None:
     t = torch.tanh(rep)
     assert counts == [int(1000 * float(v) / (float(t.max()) + 1e-9)) for v in t]
     assert counts[0] == counts[2] == 999 and counts[1] < counts[0]  # ⌊1000·(1 − 1e-9·…)⌋; the misaligned gets less
+    quarter = torch.full((4,), 0.25, dtype=torch.float64)
+    assert cgsv_reputation(quarter, torch.zeros(4, dtype=torch.float64), 0.9).tolist() == pytest.approx([0.25] * 4)
+    assert cgsv_reputation(quarter, torch.zeros(4, dtype=torch.float64), 0.0).tolist() == [0.0] * 4  # sum 0: kept
+
+
+@pytest.mark.parametrize("aggregate", ["reputation", "mean"])
+def test_cgsv_server_round_by_hand(aggregate: str) -> None:
+    """One server round from unequal reputations (.1, .2, .3, .4), clients 0, 1 and 3 uploading: u = Σ_k r_k·Δ_k/Σ r_k
+    over the uploaders (equal weights with ``aggregate: mean``); the global model moves by +u; the uploaders'
+    reputations become .9r + .1ψ normalised over all clients, then every reputation is renormalised to sum 1; each
+    uploader is rewarded with the ⌊D·tanh(r_k)/max tanh⌋ largest entries of u."""
+    model = nn.Linear(3, 1, bias=False)
+    with torch.no_grad():
+        model.weight.copy_(torch.tensor([[1.0, -1.0, 0.5]]))
+    deltas = {0: torch.tensor([1.0, 0.0, 0.0]), 1: torch.tensor([0.0, 2.0, 0.0]), 3: torch.tensor([1.0, 1.0, -3.0])}
+    rep0 = torch.tensor([0.1, 0.2, 0.3, 0.4], dtype=torch.float64)
+    server = Server(model, Reputations(rep0.clone()))
+    algorithm = CGSV(CGSVParams(aggregate=aggregate), cast(Any, None))
+    algorithm.aggregate(1, server, [VectorUpload(k, 10, SparseVector(None, d, d.numel())) for k, d in deltas.items()])
+
+    weights = [float(rep0[k]) for k in deltas] if aggregate == "reputation" else [1.0] * 3
+    u = sum(w / sum(weights) * d for w, d in zip(weights, deltas.values()))
+    assert isinstance(u, torch.Tensor)
+    assert model.weight.detach().flatten().tolist() == pytest.approx((torch.tensor([1.0, -1.0, 0.5]) + u).tolist())
+    psi = torch.zeros(4, dtype=torch.float64)
+    for k, d in deltas.items():
+        psi[k] = max(0.0, float(d @ u / (d.norm() * u.norm())))
+    moved = 0.9 * rep0 + 0.1 * psi
+    moved = moved / moved.sum()
+    expected = rep0.clone()
+    expected[[0, 1, 3]] = moved[[0, 1, 3]]
+    expected = expected / expected.sum()
+    assert server.state.reputation is not None
+    assert server.state.reputation.tolist() == pytest.approx(expected.tolist(), rel=1e-6)
+    counts = reward_count(expected, 1.0, 3)
+    assert server.state.share == pytest.approx({k: counts[k] / 3 for k in deltas})
+    for k in deltas:
+        assert torch.equal(server.state.rewards[k].dense(), largest_entries(u, counts[k]).dense())
+
+
+@pytest.mark.parametrize("reward", ["own", "trained"])
+def test_cgsv_reward_is_added_to_the_personal_model_before_training_or_to_the_trained_copy(reward: str) -> None:
+    model = nn.Linear(2, 1, bias=False)
+    with torch.no_grad():
+        model.weight.copy_(torch.tensor([[5.0, 6.0]]))  # the model as local training left it
+    start = torch.tensor([1.0, 2.0])  # the personal model before training
+    client = Client(0, cast(Any, None), model, RewardedClient(start=start))
+    CGSV(CGSVParams(reward=reward), cast(Any, None)).take_reward(client, torch.tensor([0.5, -1.0]), ["weight"])
+    base = [1.0, 2.0] if reward == "own" else [5.0, 6.0]
+    assert model.weight.detach().flatten().tolist() == [base[0] + 0.5, base[1] - 1.0]
 
 
 # -- FedAVE -------------------------------------------------------------------------------------------
