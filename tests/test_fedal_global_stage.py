@@ -18,6 +18,7 @@ from bench.algorithms.fedal import (ADVERSARIAL_MECHANISMS, FedAL, FedALClient, 
 from bench.algorithms.knowledge_transfer import LogitsUpload, PublicOutputs
 from bench.engine.distillation import soft_target_kl
 from bench.engine.loop import Step
+from bench.errors import BenchError
 from bench.runner.federation import run_federation
 from tests.test_fedal import K, fedal_config
 
@@ -98,6 +99,26 @@ def _with(algorithm: FedAL, **update: Any) -> FedAL:
 def test_a_round_needs_two_clients_for_a_leave_one_out_teacher_and_one_otherwise(
         trained: Any, teacher: str, fewest: int) -> None:
     assert _with(trained.state.algorithm, teacher=teacher).min_clients() == fewest
+
+
+@pytest.mark.parametrize("method,clients,refused", [("fedal", 1, True), ("fedal", 2, False), ("cfd", 1, False)])
+def test_a_knowledge_transfer_round_with_fewer_clients_than_its_teacher_needs_is_refused_in_one_line(
+        method: str, clients: int, refused: bool) -> None:
+    """FedAL's leave-one-out teacher needs two clients in a round; a baseline without one (CFD)
+    trains with one. The run stops before training with one line naming the count and the method."""
+    config = fedal_config(algorithm={"name": method}, training={"rounds": 1},
+                          participation={"fraction": clients / 4})  # of fedal_config's 4 clients
+    if refused:
+        with pytest.raises(BenchError, match=f"^{method} needs at least 2 clients in a round, got 1"):
+            run_federation(config)
+    else:
+        assert run_federation(config).curves
+
+
+def test_a_knowledge_transfer_method_without_a_public_set_is_refused_in_one_line() -> None:
+    with pytest.raises(BenchError, match=r"cfd transfers knowledge on an unlabelled public set: set public.size "
+                                         r"\(FedAL: 1000\)$"):
+        run_federation(fedal_config(algorithm={"name": "cfd"}, public={"size": 0}))
 
 
 @pytest.mark.parametrize("average", ["logits", "probabilities"])
