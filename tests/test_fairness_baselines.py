@@ -193,6 +193,9 @@ def test_fedave_reputation_and_download_fraction_by_hand() -> None:
     assert download_fraction(0.0, 0.3, 1.0) == pytest.approx(0.3)
     assert download_fraction(0.1, 0.3, 1.0) == pytest.approx(0.3 + 0.7 * math.tanh(0.1))
     assert download_fraction(-5.0, 0.3, 1.0) == 0.0  # clipped to [0, 1]
+    quarter, zeros = torch.full((4,), 0.25, dtype=torch.float64), torch.zeros(4, dtype=torch.float64)
+    assert fedave_reputation(quarter, zeros, 0.9).tolist() == pytest.approx([0.25] * 4)
+    assert fedave_reputation(quarter, zeros, 0.0).tolist() == [0.0] * 4  # sums to 0: left as it is, no 0/0
 
 
 def test_fedave_distribution_factor_by_hand() -> None:
@@ -381,10 +384,11 @@ def test_fedsac_contribution_is_the_standalone_runs_accuracy_bit_for_bit(data_di
     assert list(contribution.values()) == list(standalone.values())
 
 
-def _captured_round(monkeypatch: pytest.MonkeyPatch, data_dir: Path, tmp_path: Path, name: str) -> tuple[dict, Records]:
-    """One round of ``name`` (paper mode) on a tiny federation, with what its server saw at the aggregation:
-    the global vector before it, each client's dense update and sample count, the validation set, and a model to
-    score candidate parameters with."""
+def _captured_round(monkeypatch: pytest.MonkeyPatch, data_dir: Path, tmp_path: Path, name: str,
+                    rounds: int = 1, **readings: Any) -> tuple[dict, Records]:
+    """``rounds`` rounds of ``name`` (paper mode, or the given ``readings``) on a tiny federation, with what its
+    server saw at the last aggregation: the global vector before it (and after it, ``after``), each client's dense update and sample
+    count, the validation set, and a model to score candidate parameters with."""
     from bench.algorithms import get_algorithm
     from bench.engine.vectors import model_vector
 
@@ -401,16 +405,39 @@ def _captured_round(monkeypatch: pytest.MonkeyPatch, data_dir: Path, tmp_path: P
                             for u in updates],
                     starts=[getattr(u, "start", None) for u in updates],
                     train_losses=[getattr(u, "train_losses", None) for u in updates])
-        return original(self, round_index, server, updates)
+        metrics = original(self, round_index, server, updates)
+        seen["after"] = model_vector(server.model, keys).double()
+        return metrics
 
     monkeypatch.setattr(cls, "aggregate", capture)
-    cfg = small_config(algorithm={"name": name}, training={"rounds": 1, "optimizer": {"name": "adam", "lr": 0.003}},
+    cfg = small_config(algorithm={"name": name, **readings}, training={"rounds": rounds, "optimizer": {"name": "adam", "lr": 0.003}},
                        partition={"num_clients": 4, "local_test_fraction": 0.2, "validation_fraction": 0.1},
                        model={"name": "mlp"})
     from bench.runner.executor import RunRequest, run_experiment
 
     run_experiment(RunRequest(cfg, tmp_path / name, data_dir))
     return seen, Records.from_csv((tmp_path / name / "records.csv").read_text(), name)
+
+
+@pytest.mark.parametrize("distribution", ["none", "kl"])
+def test_fedave_from_the_global_model_moves_it_by_the_size_weighted_mean_update(
+        monkeypatch: pytest.MonkeyPatch, data_dir: Path, tmp_path: Path, distribution: str) -> None:
+    """``start: global`` (FedAKD's script), round 2: every client trains from the broadcast global model (its trained
+    model minus its update is that model; with the distribution term, the start model it reports is it too), and the
+    server's global model moves by +Σ_k n_k/N · Δ_k."""
+    from bench.engine.vectors import flatten
+
+    seen, _ = _captured_round(monkeypatch, data_dir, tmp_path, "fedave", rounds=2, start="global",
+                              distribution=distribution, upload_fraction=1.0)
+    total = sum(seen["sizes"])
+    expected = seen["start"] + sum(n / total * d for n, d in zip(seen["sizes"], seen["deltas"]))
+    assert float((seen["after"] - seen["start"]).abs().max()) > 1e-4  # the round moved the model
+    torch.testing.assert_close(seen["after"], expected, rtol=0, atol=1e-6)
+    for state, delta in zip(seen["states"], seen["deltas"]):
+        torch.testing.assert_close(flatten(state, seen["keys"]).double() - delta, seen["start"], rtol=0, atol=1e-6)
+    if distribution == "kl":
+        for start in seen["starts"]:
+            torch.testing.assert_close(flatten(start, seen["keys"]).double(), seen["start"], rtol=0, atol=0)
 
 
 def _hand_accuracy(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
