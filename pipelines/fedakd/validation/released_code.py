@@ -376,8 +376,8 @@ def mean_std(values: list[float]) -> str:
 
 def welch_p(a: list[float], b: list[float]) -> float | None:
     """Welch's t-test of two samples' means (p-value); None where it is undefined (fewer than two values a side, or
-    no spread on either side)."""
-    if len(a) < 2 or len(b) < 2 or (np.var(a) == 0 and np.var(b) == 0):
+    no spread on either side beyond float rounding)."""
+    if len(a) < 2 or len(b) < 2 or (np.ptp(a) < 1e-12 and np.ptp(b) < 1e-12):
         return None
     return float(scipy.stats.ttest_ind(a, b, equal_var=False).pvalue)
 
