@@ -115,16 +115,16 @@ def test_ours_runs_the_code_s_hyperparameters_and_is_refused_otherwise(workload:
 def test_the_recording_wrappers_change_nothing_and_keep_the_first_round() -> None:
     """The wrapped functions get the same arguments and return the same values; the record keeps the first
     ``clients`` calls' models (copies, not the live tensors) and selections; the originals are back afterwards."""
-    def local_to_global_distill(global_model: torch.nn.Module, local_model: Any, cx: Any, cy: Any, device: Any,
+    def local_to_global_distill(global_model: torch.nn.Linear, local_model: Any, cx: Any, cy: Any, device: Any,
                                 lr: float, alpha: float, local_epochs: int = 1) -> None:
         with torch.no_grad():
             global_model.weight.add_(lr)
 
-    def global_to_local_distill(local_model: torch.nn.Module, global_model: torch.nn.Module, x: np.ndarray,
+    def global_to_local_distill(local_model: torch.nn.Linear, global_model: torch.nn.Linear, x: np.ndarray,
                                 y: np.ndarray, device: Any, lr: float, beta: float,
                                 local_epochs: int = 1) -> tuple[np.ndarray, np.ndarray]:
         with torch.no_grad():
-            local_model.weight.add_(beta)
+            local_model.weight.add_(beta * local_epochs)
         return x[:1], y[:1]
 
     module = released_module(local_to_global_distill=local_to_global_distill,
@@ -137,13 +137,13 @@ def test_the_recording_wrappers_change_nothing_and_keep_the_first_round() -> Non
     with script.record_first_round(module, 2, record):
         for _ in range(3):  # a round of two clients, then the next round's first
             module.local_to_global_distill(student, local, x, y, "cpu", 1.0, 1.0)
-            assert module.global_to_local_distill(local, student, x, y, "cpu", 1.0, 2.0, local_epochs=1)[0] == x[:1]
+            assert module.global_to_local_distill(local, student, x, y, "cpu", 1.0, 2.0, local_epochs=2)[0] == x[:1]
     assert module.local_to_global_distill is local_to_global_distill
     assert module.global_to_local_distill is global_to_local_distill
     assert [float(s["weight"]) for s in record.uploads] == [1.0, 2.0]
     assert record.aggregate is not None and float(record.aggregate["weight"]) == 1.0
-    assert [float(s["weight"]) for s in record.local_models] == [2.0, 4.0]
-    assert float(student.weight.detach()) == 3.0 and float(local.weight.detach()) == 6.0
+    assert [float(s["weight"]) for s in record.local_models] == [4.0, 8.0]
+    assert float(student.weight.detach()) == 3.0 and float(local.weight.detach()) == 12.0
     assert len(record.selected) == 2
 
 
