@@ -204,6 +204,7 @@ def test_states_are_renamed_by_position_and_refused_when_the_layers_differ() -> 
         script.renamed(state, ours[:-1])
 
 
+@pytest.mark.filterwarnings("ignore:Precision loss occurred:RuntimeWarning")  # scipy's own, on a side without spread
 def test_avg_and_max_are_the_code_s_per_round_statistics_and_welch_compares_the_sides() -> None:
     """Avg = the clients' mean per round (``mean_each_round``), Max = their max, the final statistic the mean of the
     last three rounds; per round Welch's p of the sides' values over seeds, undefined without spread."""
