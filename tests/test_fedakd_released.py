@@ -42,14 +42,14 @@ def released_module(**changes: Any) -> types.SimpleNamespace:
 
 
 @pytest.fixture(scope="module")
-def workload(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, Any, Any]:
+def workload(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, Any, Any, Path]:
     args = script.parse_args(["checkout", "--train-images", "500", "--clients", "3", "--rounds", "2"])
     data_dir = tmp_path_factory.mktemp("data")
     script.register_workload(args.train_images)
     prepare_dataset(script.DATASET, data_dir)
     data = load_dataset(script.DATASET, data_dir)
     cfg = script.ours_config(args, seed=0)
-    return cfg, data, partition_for(cfg, data, None)
+    return cfg, data, partition_for(cfg, data, None), data_dir
 
 
 def test_the_code_s_own_split_of_each_client_s_data_is_our_train_and_local_test_split(workload: Any) -> None:
@@ -58,7 +58,7 @@ def test_the_code_s_own_split_of_each_client_s_data_is_our_train_and_local_test_
     gives our train split as its train part and our local test split as its test part, image for image."""
     from sklearn.model_selection import train_test_split
 
-    cfg, data, part = workload
+    cfg, data, part, _ = workload
     clients = script.client_arrays(data, part)
     assert cfg.partition.scheme_params["form"] == "code" and len(clients) == part.num_clients == 3
     for (x, y), train, test in zip(clients, part.train, part.local_test):
@@ -85,7 +85,7 @@ def test_the_loader_answers_like_the_code_s_for_a_client_without_data() -> None:
 def test_the_loop_runs_with_the_workload_s_clients_rounds_and_the_code_s_fmnist_rates(workload: Any) -> None:
     """``fedack_training`` is called with the code's FashionMNIST (lr, α, β) and the CPU, the module's client and round
     counts set to the workload's, its data loading answering with our arrays; the result is its matrix."""
-    _, data, part = workload
+    _, data, part, _ = workload
     clients = script.client_arrays(data, part)
     calls = []
 
@@ -103,13 +103,26 @@ def test_the_loop_runs_with_the_workload_s_clients_rounds_and_the_code_s_fmnist_
 
 
 def test_ours_runs_the_code_s_hyperparameters_and_is_refused_otherwise(workload: Any) -> None:
-    cfg, _, _ = workload
+    cfg, _, _, _ = workload
     script.check_hyperparameters(released_module(), cfg)
     assert (cfg.algorithm.params["mode"], cfg.dataset.normalize, cfg.device) == ("code", "unit", "cpu")
     with pytest.raises(BenchError, match="'lr': \\(0.005, 0.001\\)"):
         script.check_hyperparameters(released_module(learning_rates={"FashionMNIST": (0.005, 1, 1)}), cfg)
     with pytest.raises(BenchError, match="batch_size"):
         script.check_hyperparameters(released_module(BATCH_SIZE=64), cfg)
+
+
+def test_ours_is_scored_as_the_code_on_the_code_s_partition_and_weighs_its_whole_data(workload: Any) -> None:
+    """Ours' matrix holds every client's local test accuracy each round; its first aggregation weighs each client by
+    its train and local test images together (|D_k| as the code's ``len(data)``); another partition is refused."""
+    import dataclasses
+
+    cfg, _, part, data_dir = workload
+    acc, weights = script.run_ours(cfg, data_dir, part)
+    assert acc.shape == (2, 3) and ((0 <= acc) & (acc <= 1)).all()
+    assert weights == [float(len(tr) + len(te)) for tr, te in zip(part.train, part.local_test)]
+    with pytest.raises(BenchError, match="another partition"):
+        script.run_ours(cfg, data_dir, dataclasses.replace(part, seed=1))
 
 
 def test_the_recording_wrappers_change_nothing_and_keep_the_first_round() -> None:

@@ -1,7 +1,7 @@
 """FedAKD ``mode: code`` beside the authors' released loop (Tianrun-Yu/FedAKD at 6bd41ca, ``METHOD/fedack.py``), on
 the CPU.
 
-    uv run python pipelines/fedakd/validation/released_code.py CHECKOUT [--seeds 0 1 2] [--rounds 5] [--out DIR] ...
+    uv run python pipelines/fedakd/validation/released_code.py CHECKOUT [--seeds 0 1 2] [--rounds 10] [--out DIR] ...
 
 CHECKOUT is a checkout of github.com/Tianrun-Yu/FedAKD at commit 6bd41ca16d9181938d998ce4d37ecaa8a63befdf
 (pipelines/fedakd/NOTES.md, "M": the last commit with ``METHOD/``; ``git clone`` it and ``git checkout 6bd41ca``
@@ -270,8 +270,9 @@ def client_accuracy(records: list[tuple[int, str, int | None, float]], clients: 
     return acc
 
 
-def run_ours(cfg: ExperimentConfig, data_dir: Path) -> tuple[np.ndarray, list[float]]:
-    """Ours' rounds × clients accuracy matrix and its first-round aggregation weights (recorded, not changed)."""
+def run_ours(cfg: ExperimentConfig, data_dir: Path, partition: Partition) -> tuple[np.ndarray, list[float]]:
+    """Ours' rounds × clients accuracy matrix and its first-round aggregation weights (recorded, not changed); refused
+    unless ours trained on ``partition``, the one the released loop was given."""
     weights: list[float] = []
     aggregate = FedAKD.aggregate
 
@@ -285,6 +286,9 @@ def run_ours(cfg: ExperimentConfig, data_dir: Path) -> tuple[np.ndarray, list[fl
         result = run_federation(cfg, data_dir)
     finally:
         FedAKD.aggregate = aggregate  # type: ignore[method-assign]
+    if result.partition_sha256 != partition.sha256:
+        raise BenchError(f"ours (seed {cfg.seed}) ran on another partition than the released code's "
+                         f"({result.partition_sha256[:12]}, not {partition.sha256[:12]})")
     return client_accuracy(result.records, cfg.partition.num_clients, cfg.training.rounds), weights
 
 
@@ -450,9 +454,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("checkout", type=Path, help=f"checkout of Tianrun-Yu/FedAKD at commit {COMMIT[:7]}")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="run seeds")
-    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--clients", type=int, default=5)
-    parser.add_argument("--train-images", type=int, default=2000,
+    parser.add_argument("--train-images", type=int, default=4000,
                         help="the first N domaindigits28 images; half of them (the lowest PC1) are the clients'")
     parser.add_argument("--work", type=Path, help="folder for the workload's dataset (default: temp)")
     parser.add_argument("--out", type=Path, help="folder for runs.json and report.md (default: the work folder)")
@@ -482,7 +486,8 @@ def main(argv: list[str] | None = None) -> int:
         prepare_dataset(DATASET, data_dir)
         data = load_dataset(DATASET, data_dir)
         cfg = ours_config(args, args.seeds[0])
-        clients = client_arrays(data, partition_for(cfg, data, None))
+        part = partition_for(cfg, data, None)
+        clients = client_arrays(data, part)
         check_hyperparameters(load_released(args.checkout), cfg)
     except BenchError as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -495,7 +500,11 @@ def main(argv: list[str] | None = None) -> int:
         released = run_released_loop(load_released(args.checkout), clients, args.rounds, seed, record)
         runs.append(Run("released", seed, released.tolist(), wall_s=time.perf_counter() - started))
         started = time.perf_counter()
-        ours, weights = run_ours(ours_config(args, seed), data_dir)
+        try:
+            ours, weights = run_ours(ours_config(args, seed), data_dir, part)
+        except BenchError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
         runs.append(Run("ours", seed, ours.tolist(), wall_s=time.perf_counter() - started))
         runs[-2].first_round = first_round_checks(record, clients, weights, cfg.evaluation.batch_size)
         for r in runs[-2:]:
