@@ -306,28 +306,23 @@ def table(paths: list[Path]) -> str:
         lines = [header, ["---"] * len(header), *rows]
         return "\n".join("| " + " | ".join(cells) + " |" for cells in lines)
 
-    steps: dict[str, list[str]] = {}
-    for i, f in enumerate(files):
-        for row in f.get("steps", []):
-            d = row["deterministic"]
-            steps.setdefault(row["key"], ["—"] * len(files))[i] = f"{d['step_s'] * 1e3:.2f} ({d['step_tflops']:.2f})"
-    out = [md(["training step (ms, TFLOP/s)", *heads], [[k, *v] for k, v in sorted(steps.items())])]
-    vectorize: dict[int, list[str]] = {}
-    for i, f in enumerate(files):
-        for row in f.get("vectorize", []):
-            vectorize.setdefault(row["clients_per_round"], ["—"] * len(files))[i] = (
-                f"{row['loop_train_s']:.2f} s / {row['vectorized_train_s']:.2f} s = {row['speedup']:.2f}×")
-    if vectorize:
-        out.append(md(["clients a round (loop / together)", *heads],
-                      [[str(k), *v] for k, v in sorted(vectorize.items())]))
-    share: dict[int, list[str]] = {}
-    for i, f in enumerate(files):
-        for row in f.get("share", []):
-            share.setdefault(row["runs"], ["—"] * len(files))[i] = (
-                f"{row['runs_per_hour']:.0f} ({row['train_s_median']:.2f} s)")
-    if share:
-        out.append(md(["runs sharing the device (runs/hour, training s each)", *heads],
-                      [[str(k), *v] for k, v in sorted(share.items())]))
+    def side_by_side(part: str, key: Any, cell: Any) -> list[list[str]]:
+        """One row per ``key(row)`` of ``part`` over the files, ``cell(row)`` in each file's column."""
+        cells: dict[Any, list[str]] = {}
+        for i, f in enumerate(files):
+            for row in f.get(part, []):
+                cells.setdefault(key(row), ["—"] * len(files))[i] = cell(row)
+        return [[str(k), *v] for k, v in sorted(cells.items())]
+
+    out = [md(["training step (ms, TFLOP/s)", *heads], side_by_side(
+        "steps", lambda r: r["key"],
+        lambda r: f"{r['deterministic']['step_s'] * 1e3:.2f} ({r['deterministic']['step_tflops']:.2f})"))]
+    if vectorize := side_by_side("vectorize", lambda r: r["clients_per_round"], lambda r: (
+            f"{r['loop_train_s']:.2f} s / {r['vectorized_train_s']:.2f} s = {r['speedup']:.2f}×")):
+        out.append(md(["clients a round (loop / together)", *heads], vectorize))
+    if share := side_by_side("share", lambda r: r["runs"],
+                             lambda r: f"{r['runs_per_hour']:.0f} ({r['train_s_median']:.2f} s)"):
+        out.append(md(["runs sharing the device (runs/hour, training s each)", *heads], share))
     return "\n\n".join(out)
 
 
