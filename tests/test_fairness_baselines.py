@@ -406,7 +406,8 @@ def _captured_round(monkeypatch: pytest.MonkeyPatch, data_dir: Path, tmp_path: P
                     starts=[getattr(u, "start", None) for u in updates],
                     train_losses=[getattr(u, "train_losses", None) for u in updates])
         metrics = original(self, round_index, server, updates)
-        seen["after"] = model_vector(server.model, keys).double()
+        seen.update(after=model_vector(server.model, keys).double(), share=dict(server.state.share),
+                    rewards={cid: v.dense().double() for cid, v in server.state.rewards.items()})
         return metrics
 
     monkeypatch.setattr(cls, "aggregate", capture)
@@ -438,6 +439,122 @@ def test_fedave_from_the_global_model_moves_it_by_the_size_weighted_mean_update(
     if distribution == "kl":
         for start in seen["starts"]:
             torch.testing.assert_close(flatten(start, seen["keys"]).double(), seen["start"], rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("download,threshold_rule", [("reputation", "fixed"), ("size", "fixed"),
+                                                     ("authors", "adaptive")])
+def test_cffl_server_round_by_hand(monkeypatch: pytest.MonkeyPatch, data_dir: Path, tmp_path: Path, download: str,
+                                   threshold_rule: str) -> None:
+    """Round 1 recomputed from what the server saw: u = Σ n_k/N · u_k moves the global model; acc_k of w_g + u_k on
+    the validation set gives the reputations (c_th 0.05, or (1/3)/|R| adaptive); each client's reward:
+    ``reputation`` the top r_k/max r share of u − (n_k/N)·u_k; ``size`` all of u − (n_k/max n)·u_k (share 1);
+    ``authors`` the top (r_k/max r)(n_k/max n) share of u, less (n_k/N)·u_k."""
+    from bench.algorithms.cffl import adaptive_threshold
+    from bench.engine.vectors import largest_fraction, load_vector
+
+    seen, _ = _captured_round(monkeypatch, data_dir, tmp_path, "cffl", download=download,
+                              threshold_rule=threshold_rule, upload_fraction=1.0)
+    sizes, deltas = seen["sizes"], seen["deltas"]
+    total = sum(sizes)
+    u = sum(n / total * d for n, d in zip(sizes, deltas))
+    torch.testing.assert_close(seen["after"], seen["start"] + u, rtol=0, atol=1e-6)
+    acc = []
+    for delta in deltas:
+        load_vector(seen["model"], (seen["start"] + u + delta).float(), seen["keys"])
+        acc.append(_hand_accuracy(seen["model"], *seen["validation"]))
+    threshold = 0.05 if threshold_rule == "fixed" else adaptive_threshold(len(deltas))
+    rep = cffl_reputation(torch.full((4,), 0.25, dtype=torch.float64), torch.tensor(acc, dtype=torch.float64), 1.0,
+                          threshold)
+    top = float(rep.max())
+    for cid, n, d in zip(seen["cids"], sizes, deltas):
+        if download == "size":
+            expected, share = u - n / max(sizes) * d, 1.0
+        elif download == "authors":
+            share = float(rep[cid]) / top * n / max(sizes)
+            expected = largest_fraction(u, share).dense() - (n / total if share > 0 else 0.0) * d
+        else:
+            share = float(rep[cid]) / top
+            expected = largest_fraction(u - n / total * d, share).dense()
+        assert seen["share"][cid] == pytest.approx(share, abs=1e-6)
+        torch.testing.assert_close(seen["rewards"][cid], expected, rtol=0, atol=1e-6)
+    assert len({round(v, 6) for v in seen["share"].values()}) > 1 or download == "size"  # the clients differ
+
+
+@pytest.mark.parametrize("download", ["size", "reputation"])
+def test_cffl_takes_its_reward_into_the_trained_copy_with_its_own_upload_or_into_the_personal_model(
+        download: str) -> None:
+    """``size`` (the code): the trained copy of w_g plus its own upload u_k and the others' aggregate g_k;
+    otherwise the reward is added to the personal model as it stands."""
+    from bench.algorithms.cffl import CFFL, CFFLParams
+
+    model = nn.Linear(2, 1, bias=False)
+    with torch.no_grad():
+        model.weight.copy_(torch.tensor([[5.0, 6.0]]))
+    client = Client(0, cast(Any, None), model, RewardedClient(sent=torch.tensor([0.25, 0.5])))
+    CFFL(CFFLParams(download=download), cast(Any, None)).take_reward(client, torch.tensor([1.0, -1.0]), ["weight"])
+    own = [0.25, 0.5] if download == "size" else [0.0, 0.0]
+    assert model.weight.detach().flatten().tolist() == [5.0 + own[0] + 1.0, 6.0 + own[1] - 1.0]
+
+
+def _cffl_aggregate(params: dict[str, Any], reputation: list[float], accuracies: list[float],
+                    clients: int = 4) -> tuple[Reputations, dict[str, float]]:
+    """One CFFL aggregation of the first ``clients`` of four uploads (sizes 10, 20, 30, 40) whose validation accuracies
+    are ``accuracies``: the server's state after it and the round's metrics."""
+    from types import SimpleNamespace
+
+    from bench.algorithms.cffl import CFFL, CFFLParams
+
+    scores = iter(accuracies)
+    ctx = SimpleNamespace(accuracy=lambda model, x, y: next(scores), build_model=lambda name: nn.Linear(3, 1, bias=False),
+                          server_validation=lambda source: (torch.zeros(1, 3), torch.zeros(1, dtype=torch.long)))
+    server = Server(nn.Linear(3, 1, bias=False), Reputations(torch.tensor(reputation, dtype=torch.float64)))
+    uploads = [torch.tensor([1.0, 0.0, 0.0]), torch.tensor([0.0, 2.0, 0.0]), torch.tensor([0.0, 0.0, 3.0]),
+               torch.tensor([1.0, 1.0, 1.0])]
+    metrics = CFFL(CFFLParams(**params), cast(Any, ctx)).aggregate(
+        1, server, [VectorUpload(k, 10 * (k + 1), SparseVector(None, u, 3)) for k, u in enumerate(uploads[:clients])])
+    return server.state, dict(metrics)
+
+
+@pytest.mark.parametrize("rule,left", [("fixed", False), ("adaptive", True)])
+def test_cffl_a_client_under_the_threshold_leaves_with_nothing(rule: str, left: bool) -> None:
+    """Reputations (.86/3 ×3, .14), accuracies (.5, .5, .5, 0): client 3's new reputation is .07, above the fixed
+    c_th = .05 and under the adaptive (1/3)/4; a client that leaves gets share 0 and a zero reward (its own upload
+    is not subtracted either)."""
+    state, metrics = _cffl_aggregate({"download": "authors", "threshold_rule": rule}, [0.86 / 3] * 3 + [0.14],
+                                     [0.5] * 3 + [0.0])
+    assert metrics == {"clients_left": 4.0}  # the clients that took part in the round
+    assert state.reputation is not None
+    assert (float(state.reputation[3]) == 0.0) == left
+    assert (state.share[3] == 0.0) == left
+    assert torch.count_nonzero(state.rewards[3].dense()) == (0 if left else 3)
+
+
+@pytest.mark.parametrize("download", ["reputation", "authors"])
+def test_cffl_when_every_client_leaves_nobody_is_rewarded(download: str) -> None:
+    state, _ = _cffl_aggregate({"download": download, "threshold": 1.0}, [0.25] * 4, [0.5] * 4)
+    assert state.reputation is not None and float(state.reputation.sum()) == 0.0
+    assert state.share == {0: 0.0, 1: 0.0, 2: 0.0, 3: 0.0}
+    assert all(torch.count_nonzero(r.dense()) == 0 for r in state.rewards.values())
+
+
+def test_cffl_a_round_without_clients_trains_and_scores_nothing() -> None:
+    state, metrics = _cffl_aggregate({}, [0.0] * 4, [], clients=0)
+    assert metrics == {"train_loss": 0.0, "clients_left": 0.0} and state.share == {} and state.rewards == {}
+    assert state.reputation is not None and state.reputation.tolist() == [0.0] * 4
+
+
+def test_cffl_reputations_stay_when_no_client_scores_above_zero() -> None:
+    """All accuracies 0: no contribution to weigh (sinh(0/0) would be NaN), so only the threshold applies."""
+    rep = cffl_reputation(torch.tensor([0.5, 0.3, 0.2], dtype=torch.float64), torch.zeros(3, dtype=torch.float64), 1.0,
+                          0.05)
+    assert rep.tolist() == pytest.approx([0.5, 0.3, 0.2])
+
+
+def test_cffl_clients_whose_reputation_fell_to_zero_have_left() -> None:
+    from bench.algorithms.cffl import CFFL, CFFLParams
+
+    server = Server(None, Reputations(torch.tensor([0.5, 0.0, 0.5], dtype=torch.float64)))
+    assert CFFL(CFFLParams(), cast(Any, None)).taking_part(server, [0, 1, 2]) == [0, 2]
 
 
 def _hand_accuracy(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
