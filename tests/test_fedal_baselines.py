@@ -5,14 +5,18 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import Any, cast
 
 import pytest
 import torch
+from torch import nn
 
 from bench.algorithms.cfd import QuantizedSoftLabels, dequantize, quantize
 from bench.algorithms.fccl import cosine_lr, cross_correlation_loss, FreshAdam
 from bench.algorithms.fcclplus import non_target_kd, similarity_logits
-from bench.algorithms.fd import distillation_term, label_means, teacher_targets
+from bench.algorithms.fd import (FD, FDClient, FDParams, FDServer, LabelLogits, distillation_term, label_means,
+                                teacher_targets)
+from bench.engine.state import Client, Server
 from bench.algorithms.fedproto_fedal import feature_distance
 from bench.engine.ledger import payload_bytes
 from bench.errors import BenchError
@@ -141,6 +145,87 @@ def test_fd_targets_by_hand() -> None:
     term = distillation_term(logits, torch.tensor([0, 1]), torch.tensor([[4.0, 0.0], [0.0, 0.0]]),
                              torch.tensor([True, False]), 1.0)
     assert term.item() == pytest.approx(math.log(2) / 2, rel=1e-6)
+
+
+def test_fd_teacher_all_is_the_mean_over_every_holder_and_the_temperature_softens_both_sides() -> None:
+    g, holders = torch.tensor([[3.0, 0.0], [0.0, 5.0]]), torch.tensor([2.0, 0.0])
+    own, own_counts = torch.tensor([[2.0, 0.0], [0.0, 0.0]]), torch.tensor([4.0, 0.0])
+    targets, valid = teacher_targets(g, holders, own, own_counts, "all")
+    assert torch.equal(targets, g) and valid.tolist() == [True, False]  # a label nobody holds has no teacher
+    logits = torch.tensor([[2.0, 0.0]])
+    term = distillation_term(logits, torch.tensor([0]), torch.tensor([[4.0, 0.0], [0.0, 0.0]]),
+                             torch.tensor([True, False]), 2.0)
+    soft = torch.softmax(torch.tensor([2.0, 0.0]), 0)  # ψ(F̂, T = 2) = softmax([4, 0] / 2)
+    assert term.item() == pytest.approx(float(-(soft * torch.log_softmax(torch.tensor([1.0, 0.0]), 0)).sum()))
+
+
+class Scaled(nn.Module):
+    """(features, logits) as the project's models return them: logits = x · diag(1, 2)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.layer = nn.Linear(2, 2, bias=False)
+        with torch.no_grad():
+            self.layer.weight.copy_(torch.tensor([[1.0, 0.0], [0.0, 2.0]]))
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return x, self.layer(x)
+
+
+def _fd(beta: float = 1.0) -> tuple[FD, Client[FDClient]]:
+    """FD with a one-layer model on 2 classes and a stand-in context (2 classes, the CPU)."""
+    from types import SimpleNamespace
+
+    ctx = SimpleNamespace(num_classes=2, device=torch.device("cpu"))
+    return FD(FDParams(beta=beta), cast(Any, ctx)), Client(0, cast(Any, None), Scaled(), FDClient())
+
+
+@pytest.mark.parametrize("beta", [0.5, 1.0])
+def test_fd_local_loss_is_ce_plus_beta_times_the_distillation_term_and_accumulates_the_label_logits(
+        beta: float) -> None:
+    """Round 1 (no targets): CE alone; later: CE + β·distillation toward the leave-one-out targets. Each step adds
+    its per-label logit sums and counts to the round's accumulators."""
+    algorithm, client = _fd(beta=beta)
+    x1, y1 = torch.tensor([[1.0, 1.0], [2.0, 0.0]]), torch.tensor([0, 1])
+    x2, y2 = torch.tensor([[1.0, 0.0], [0.0, 1.0]]), torch.tensor([0, 1])
+    client.state.sums, client.state.counts = torch.zeros(2, 2), torch.zeros(2)
+    first = algorithm.local_loss(cast(Any, None), client, x1, y1)
+    logits1 = torch.tensor([[1.0, 2.0], [2.0, 0.0]])
+    assert first.item() == pytest.approx(nn.functional.cross_entropy(logits1, y1).item())
+    # the client held label 0 last round (its mean [1, 0]) with two others, and not label 1, which one other held
+    g, holders = torch.tensor([[3.0, 0.0], [0.0, 1.0]]), torch.tensor([3.0, 1.0])
+    client.state.global_means, client.state.holders = g, holders
+    client.state.own, client.state.own_counts = torch.tensor([[1.0, 0.0], [0.0, 0.0]]), torch.tensor([1.0, 0.0])
+    second = algorithm.local_loss(cast(Any, None), client, x2, y2)
+    logits2 = torch.tensor([[1.0, 0.0], [0.0, 2.0]])
+    targets = torch.tensor([[4.0, 0.0], [0.0, 1.0]])  # label 0: (3·[3, 0] − [1, 0]) / 2; label 1: G_1
+    expected = nn.functional.cross_entropy(logits2, y2) + beta * distillation_term(
+        logits2, y2, targets, torch.tensor([True, True]), 1.0)
+    assert second.item() == pytest.approx(expected.item())
+    assert client.state.sums.tolist() == [[2.0, 2.0], [2.0, 2.0]] and client.state.counts.tolist() == [2.0, 2.0]
+
+
+def test_fd_uploads_the_rounds_per_label_mean_logits_and_the_server_averages_them_over_the_holders() -> None:
+    """The client's upload: per label, the round's summed logits over its count (a label it lacks: zeros); the
+    server: G_k = the mean of the uploads of the clients holding k, |S_k| those clients."""
+    algorithm, client = _fd()
+    batches = [(torch.tensor([[1.0, 1.0], [3.0, 1.0]]), torch.tensor([0, 0])),
+               (torch.tensor([[0.0, 1.0]]), torch.tensor([1]))]
+
+    def local_train(client_: Any, round_index: int, loss: Any) -> float:
+        return sum(loss(None, client_, x, y).item() for x, y in batches)
+
+    algorithm.ctx.local_train = local_train
+    update, _ = algorithm.local_update(1, client)
+    assert update.means.tolist() == [[2.0, 2.0], [0.0, 2.0]] and update.counts.tolist() == [2.0, 1.0]
+    assert torch.equal(client.state.own, update.means) and client.state.sums is None
+    other = LabelLogits(torch.tensor([[4.0, 0.0], [1.0, 3.0]]), torch.tensor([1.0, 5.0]))
+    lacking = LabelLogits(torch.tensor([[0.0, 0.0], [9.0, 9.0]]), torch.tensor([0.0, 0.0]))  # holds nothing
+    server = Server(None, FDServer())
+    algorithm.aggregate(1, server, [update, other, lacking])
+    assert server.state.global_means is not None and server.state.holders is not None
+    assert server.state.global_means.tolist() == [[3.0, 1.0], [0.5, 2.5]]
+    assert server.state.holders.tolist() == [2.0, 2.0]
 
 
 def test_fedproto_fedal_feature_distance_is_the_mse() -> None:
