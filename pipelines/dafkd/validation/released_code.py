@@ -51,7 +51,6 @@ import multiprocessing
 import os
 import re
 import runpy
-import shlex
 import statistics
 import subprocess
 import sys
@@ -64,7 +63,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import scipy.stats
 import torch
 
 import bench.algorithms.dafkd as dafkd_module
@@ -78,6 +76,7 @@ from bench.data.registry import DatasetSpec, get_dataset_spec, register_dataset
 from bench.engine.context import Context
 from bench.engine.messages import Update
 from bench.errors import BenchError
+from bench.released import p_text, repeat_command, require_checkout, welch_p
 from bench.experiment import build_config
 from bench.fileio import write_json, write_text
 from bench.rng import numpy_stream
@@ -649,13 +648,6 @@ def mean_std(values: list[float]) -> str:
     return f"{statistics.mean(values):.3f} ± {statistics.stdev(values) if len(values) > 1 else 0.0:.3f}"
 
 
-def welch(a: list[float], b: list[float]) -> str:
-    """Welch's t-test of two samples' means (p-value), '—' where it is undefined."""
-    if len(a) < 2 or len(b) < 2 or (statistics.pvariance(a) == 0 and statistics.pvariance(b) == 0):
-        return "—"
-    return f"{scipy.stats.ttest_ind(a, b, equal_var=False).pvalue:.2f}"
-
-
 def curves_report(runs: list[Run], args: argparse.Namespace, command: str) -> str:
     sides = {side: sorted((r for r in runs if r.side == side and not r.error), key=lambda r: r.seed)
              for side in ("released", "ours")}
@@ -670,7 +662,7 @@ def curves_report(runs: list[Run], args: argparse.Namespace, command: str) -> st
     for t in range(args.rounds):
         values = {s: [r.accuracy[t] for r in group if len(r.accuracy) > t] for s, group in sides.items()}
         lines.append(f"| {t + 1} | {mean_std(values['released'])} | {mean_std(values['ours'])} | "
-                     f"{welch(values['released'], values['ours'])} |")
+                     f"{p_text(welch_p(values['released'], values['ours']))} |")
     lines += ["", "Per seed, the last round: " + "; ".join(
         f"{s} " + ", ".join(f"{r.seed}: {r.accuracy[-1]:.3f}" for r in group if r.accuracy) for s, group in sides.items())]
     failed = [r for r in runs if r.error]
@@ -728,13 +720,10 @@ def main(argv: list[str] | None = None) -> int:
         released_child(given[1], json.loads(given[2]))
         return 0
     args = parse_args(given)
-    command = " ".join(["uv run python pipelines/dafkd/validation/released_code.py",
-                        *("CHECKOUT" if a == str(args.checkout) else shlex.quote(a) for a in given)])
+    command = repeat_command("pipelines/dafkd/validation/released_code.py", given, args.checkout)
     try:
-        if not all((args.checkout / f).is_file() for f in ("main_fed.py", "DaFKD.py", "trainer/my_model_trainer_MTL.py")):
-            raise BenchError(f"{args.checkout} is not a checkout of the released DaFKD code (no main_fed.py, DaFKD.py "
-                             f"and trainer/my_model_trainer_MTL.py); clone github.com/haozhaowang/DaFKD2023 and check "
-                             f"out {COMMIT[:7]}")
+        require_checkout(args.checkout, ["main_fed.py", "DaFKD.py", "trainer/my_model_trainer_MTL.py"], "DaFKD",
+                         "haozhaowang/DaFKD2023", COMMIT)
         work = (args.work or Path(tempfile.mkdtemp(prefix="dafkd-released-"))).resolve()
         out_dir = (args.out or work).resolve()
         data_dir = work / "bench-data"

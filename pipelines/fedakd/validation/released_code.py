@@ -47,20 +47,17 @@ import argparse
 import contextlib
 import importlib.util
 import json
-import shlex
 import statistics
 import sys
 import tempfile
 import time
 import types
-import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import scipy.stats
 import torch
 
 from bench.algorithms.fedakd import FedAKD, correctly_predicted
@@ -73,6 +70,7 @@ from bench.data.prepared import PreparedDataset
 from bench.data.registry import get_dataset_spec
 from bench.engine.aggregate import weighted_average
 from bench.errors import BenchError
+from bench.released import p_text, repeat_command, require_checkout, welch_p
 from bench.experiment import build_config
 from bench.fileio import write_json, write_text
 from bench.models.registry import build_model
@@ -379,21 +377,6 @@ def mean_std(values: list[float]) -> str:
     return f"{statistics.mean(values):.4f} ± {statistics.stdev(values) if len(values) > 1 else 0.0:.4f}"
 
 
-def welch_p(a: list[float], b: list[float]) -> float | None:
-    """Welch's t-test of two samples' means (p-value); None where it is undefined (fewer than two values a side, or
-    no spread on either side beyond float rounding). One side without spread is common (accuracies are fractions of
-    a few test images) and leaves the test defined; scipy's precision warning for it is silenced."""
-    if len(a) < 2 or len(b) < 2 or (np.ptp(a) < 1e-12 and np.ptp(b) < 1e-12):
-        return None
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", "Precision loss occurred", RuntimeWarning)
-        return float(scipy.stats.ttest_ind(a, b, equal_var=False).pvalue)
-
-
-def p_text(p: float | None) -> str:
-    return "—" if p is None else f"{p:.2f}"
-
-
 def comparison(runs: list[Run], rounds: int) -> dict[str, Any]:
     """Per round and statistic (Avg, Max) each side's values over seeds and Welch's p; the same for the last-3 means."""
     sides = {s: sorted((r for r in runs if r.side == s), key=lambda r: r.seed) for s in ("released", "ours")}
@@ -473,12 +456,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     given = sys.argv[1:] if argv is None else argv
     args = parse_args(given)
-    command = " ".join(["uv run python pipelines/fedakd/validation/released_code.py",
-                        *("CHECKOUT" if a == str(args.checkout) else shlex.quote(a) for a in given)])
+    command = repeat_command("pipelines/fedakd/validation/released_code.py", given, args.checkout)
     try:
-        if not (args.checkout / RELEASED_FILE).is_file():
-            raise BenchError(f"{args.checkout} is not a checkout of the released FedAKD code (no {RELEASED_FILE}); "
-                             f"clone github.com/Tianrun-Yu/FedAKD and check out {COMMIT[:7]}")
+        require_checkout(args.checkout, [str(RELEASED_FILE)], "FedAKD", "Tianrun-Yu/FedAKD", COMMIT)
         work = (args.work or Path(tempfile.mkdtemp(prefix="fedakd-released-"))).resolve()
         out_dir = (args.out or work).resolve()
         data_dir = work / "bench-data"

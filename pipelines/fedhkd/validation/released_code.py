@@ -71,7 +71,6 @@ import multiprocessing
 import os
 import re
 import runpy
-import shlex
 import statistics
 import subprocess
 import sys
@@ -98,6 +97,7 @@ from bench.data.partition import partition_dataset
 from bench.data.prepared import PreparedDataset, channel_stats
 from bench.data.registry import DatasetSpec, get_dataset_spec, register_dataset
 from bench.errors import BenchError, Diverged
+from bench.released import repeat_command, require_checkout
 from bench.experiment import build_config
 from bench.fileio import write_json, write_text
 from bench.engine.aggregate import weighted_average
@@ -773,13 +773,10 @@ def main(argv: list[str] | None = None) -> int:
         released_child(given[1], json.loads(given[2]))
         return 0
     args = parse_args(given)
-    command = " ".join(["uv run python pipelines/fedhkd/validation/released_code.py",
-                        *("CHECKOUT" if a == str(args.checkout) else shlex.quote(a) for a in given)])
+    command = repeat_command("pipelines/fedhkd/validation/released_code.py", given, args.checkout)
     try:
-        if not (args.checkout / "main.py").is_file() or not (args.checkout / "Server" / "ServerFedHKD.py").is_file():
-            raise BenchError(f"{args.checkout} is not a checkout of the released FedHKD code (no main.py and "
-                             "Server/ServerFedHKD.py); clone github.com/CityChan/Federated-Hyper-Knowledge-Distillation "
-                             "and check out 8a930f4")
+        require_checkout(args.checkout, ["main.py", "Server/ServerFedHKD.py"], "FedHKD",
+                         "CityChan/Federated-Hyper-Knowledge-Distillation", "8a930f4")
         if args.device != "cpu":
             import torch
 
