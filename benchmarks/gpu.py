@@ -295,6 +295,25 @@ def measure(out_dir: Path, quick: bool, parts: list[str]) -> Path:
 # ---- table: the measured files side by side ----------------------------------------------------------------
 
 
+def step_ratios(files: list[dict[str, Any]], heads: list[str]) -> str:
+    """Medians over the steps both files measured: each file's time per step against the first file's (min–max), and
+    in each file the runs' deterministic settings against the libraries' own choices."""
+    def times(f: dict[str, Any], kind: str) -> dict[str, float]:
+        return {r["key"]: r[kind]["step_s"] for r in f.get("steps", [])}
+
+    first = times(files[0], "deterministic")
+    lines = []
+    for head, f in zip(heads, files):
+        own, native = times(f, "deterministic"), times(f, "native")
+        line = f"- {head}: deterministic / native per step, median {statistics.median(own[k] / native[k] for k in own):.2f}"
+        if f is not files[0]:
+            ratio = [own[k] / first[k] for k in own if k in first]
+            line += (f"; time per step against {heads[0]}, median {statistics.median(ratio):.2f} "
+                     f"({min(ratio):.2f}–{max(ratio):.2f})")
+        lines.append(line)
+    return "\n".join(lines)
+
+
 def table(paths: list[Path]) -> str:
     """Markdown tables of measured files side by side (one column per file): each step's milliseconds under the
     runs' settings with the achieved TFLOP/s; ``vectorize_clients``' speed-up over the loop; runs per hour with k
@@ -317,6 +336,7 @@ def table(paths: list[Path]) -> str:
     out = [md(["training step (ms, TFLOP/s)", *heads], side_by_side(
         "steps", lambda r: r["key"],
         lambda r: f"{r['deterministic']['step_s'] * 1e3:.2f} ({r['deterministic']['step_tflops']:.2f})"))]
+    out.append(step_ratios(files, heads))
     if vectorize := side_by_side("vectorize", lambda r: r["clients_per_round"], lambda r: (
             f"{r['loop_train_s']:.2f} s / {r['vectorized_train_s']:.2f} s = {r['speedup']:.2f}×")):
         out.append(md(["clients a round (loop / together)", *heads], vectorize))
