@@ -305,7 +305,8 @@ def step_ratios(files: list[dict[str, Any]], heads: list[str]) -> str:
     lines = []
     for head, f in zip(heads, files):
         own, native = times(f, "deterministic"), times(f, "native")
-        line = f"- {head}: deterministic / native per step, median {statistics.median(own[k] / native[k] for k in own):.2f}"
+        cost = statistics.median(own[k] / native[k] for k in own)
+        line = f"- {head}: deterministic / native per step, median {cost:.2f}"
         if f is not files[0]:
             ratio = [own[k] / first[k] for k in own if k in first]
             line += (f"; time per step against {heads[0]}, median {statistics.median(ratio):.2f} "
