@@ -76,7 +76,7 @@ from bench.data.registry import DatasetSpec, get_dataset_spec, register_dataset
 from bench.engine.context import Context
 from bench.engine.messages import Update
 from bench.errors import BenchError
-from bench.released import p_text, repeat_command, require_checkout, welch_p
+from bench.report.released import p_text, repeat_command, require_checkout, welch_p
 from bench.experiment import build_config
 from bench.fileio import write_json, write_text
 from bench.rng import numpy_stream

@@ -70,7 +70,7 @@ from bench.data.prepared import PreparedDataset
 from bench.data.registry import get_dataset_spec
 from bench.engine.aggregate import weighted_average
 from bench.errors import BenchError
-from bench.released import p_text, repeat_command, require_checkout, welch_p
+from bench.report.released import p_text, repeat_command, require_checkout, welch_p
 from bench.experiment import build_config
 from bench.fileio import write_json, write_text
 from bench.models.registry import build_model

@@ -97,7 +97,7 @@ from bench.data.partition import partition_dataset
 from bench.data.prepared import PreparedDataset, channel_stats
 from bench.data.registry import DatasetSpec, get_dataset_spec, register_dataset
 from bench.errors import BenchError, Diverged
-from bench.released import repeat_command, require_checkout
+from bench.report.released import repeat_command, require_checkout
 from bench.experiment import build_config
 from bench.fileio import write_json, write_text
 from bench.engine.aggregate import weighted_average
