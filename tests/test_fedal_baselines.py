@@ -258,6 +258,24 @@ def test_feddf_teacher_is_the_mean_of_the_received_models() -> None:
     assert len(server.state.models) == 2 and server.model is None  # two groups (CNN, MLP): no single global model
 
 
+def test_feddf_client_holds_its_group_model_once_it_took_part_and_distils_with_the_named_optimiser() -> None:
+    """Before its first broadcast a client's model is its own initial copy; from then on its group's θ_g. The server
+    distils with a fresh Adam (FedDF) or SGD (``distill_optimizer``) at ``distill_lr``."""
+    result = run_federation(fedal_config(algorithm={"name": "feddf", "distill_steps": 1},
+                                         training={"rounds": 1, "local_steps": 1}))
+    algorithm, server = result.state.algorithm, result.state.server
+    client = Client(0, result.state.clients[0].data, algorithm.init_client_model(0, server),
+                    algorithm.init_client_state(0))
+    assert algorithm.client_model(server, client) is client.model
+    algorithm.receive_broadcast(client, algorithm.broadcast(2, server, 0))
+    assert algorithm.client_model(server, client) is algorithm.group_model(server, 0)
+    model = algorithm.group_model(server, 0)
+    for name, kind in (("adam", torch.optim.Adam), ("sgd", torch.optim.SGD)):
+        feddf = type(algorithm)(type(algorithm).Params(distill_optimizer=name, distill_lr=0.02), algorithm.ctx)
+        optimizer = feddf.make_distill_optimizer(model)
+        assert type(optimizer) is kind and optimizer.param_groups[0]["lr"] == 0.02
+
+
 def test_feddf_al_without_its_adversarial_and_less_forgetting_terms_is_feddf() -> None:
     """FedDF-AL's reading (pipelines/fedal/NOTES.md §3.2.8, a design of ours): FedDF's groups, averaging and ensemble
     teacher, with FedAL's terms added, so with W_ADV = W_LFL = W_LFG = 0 it is FedDF bit for bit; with them it is

@@ -9,12 +9,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from bench.algorithms.fedgen import diversity_loss, kd_weight, label_weights, teacher_loss
+from bench.algorithms.fedgen import FedGen, diversity_loss, kd_weight, label_weights, named_share, teacher_loss
 from bench.algorithms.fedmd import FedMDParams, code_distillation_loss, distillation_loss
+from bench.engine.context import Context
 from bench.engine.loop import Step
 from bench.runner.federation import run_federation
 from bench.errors import BenchError
 from bench.models import build_model
+from bench.models.generators import EmbeddingFeatureGenerator, FeatureGenerator
 from tests.conftest import small_config
 
 FEDHKD_PARTITION = {"scheme": "fedhkd", "alpha": 0.5, "local_test_fraction": 0.0}  # leaves images for a public set
@@ -73,6 +75,30 @@ def test_fedgen_resident_parameters_are_model_plus_generator(data_dir: Path) -> 
     assert sum(p.numel() for p in generator.parameters()) == (64 + 10) * 512 + 512 + 2 * 512 + 512 * 64 + 64
 
 
+def test_named_share_is_the_share_of_rows_whose_argmax_is_the_label() -> None:
+    teacher = torch.tensor([[0.7, 0.2, 0.1], [0.1, 0.3, 0.6], [0.5, 0.4, 0.1], [0.2, 0.2, 0.6]])
+    assert named_share(teacher, torch.tensor([0, 2, 0, 1])) == 0.75  # rows 1-3 named, row 4 not
+
+
+@pytest.mark.parametrize("generator,cls,name", [("fedgen", FeatureGenerator, "fedgen_generator"),
+                                                ("embed", EmbeddingFeatureGenerator, "embed_feature_generator")])
+def test_fedgen_generator_is_the_named_one_sized_by_its_params_from_the_runs_generator_stream(
+        generator: str, cls: type, name: str) -> None:
+    """``generator`` picks the model, ``noise_dim`` and ``hidden`` size it, and its weights come from the stream
+    (run seed, "init", "generator")."""
+    cfg = small_config(algorithm={"name": "fedgen", "generator": generator, "noise_dim": 8, "hidden": 16}, seed=3)
+    fedgen = FedGen(FedGen.Params.model_validate(cfg.algorithm.params), Context(cfg, (1, 8, 8), 10, torch.device("cpu")))
+    server = fedgen.init_server()
+    built, d = server.state.generator, server.model.feature_dim
+    assert type(built) is cls
+    first = next(m for m in built.modules() if isinstance(m, nn.Linear))
+    assert (first.in_features, first.out_features) == ((8 + 10, 16) if generator == "fedgen" else (8, 16))
+    same = build_model(name, (d,), 10, seed=3, key=("init", "generator"), noise_dim=8, hidden=16)
+    other = build_model(name, (d,), 10, seed=0, key=("init", "generator"), noise_dim=8, hidden=16)
+    assert _state_equal(built.state_dict(), same.state_dict())
+    assert not _state_equal(built.state_dict(), other.state_dict())
+
+
 # -- FedMD ----------------------------------------------------------------------------------------
 
 def test_distillation_loss_by_hand() -> None:
@@ -110,6 +136,9 @@ def test_fedmd_consensus_and_public_batch_matching(data_dir: Path) -> None:
     ce = F.cross_entropy(client.model(x)[1], y)
     kl = distillation_loss(client.model(public_x[4:8])[1], consensus[4:8], 0.5)
     assert torch.allclose(algorithm.local_loss(step, client, x, y), ce + 0.05 * kl)
+    # a public set of 6: with drop_last one public batch of 4, and the partial second one is not distilled on
+    algorithm.ctx.public_x = public_x[:6]
+    assert torch.equal(algorithm.local_loss(Step(round=2, index=1), client, x, y), ce)
 
 
 # -- both -----------------------------------------------------------------------------------------

@@ -11,7 +11,7 @@ from scipy.stats import norm
 from torch import nn
 
 from bench.algorithms import Algorithm, get_algorithm
-from bench.algorithms.fedhkd import (FedHKDParams, Knowledge, classifier_distillation,
+from bench.algorithms.fedhkd import (KNOWLEDGE_MOVES_LOSS, FedHKD, FedHKDParams, Knowledge, classifier_distillation,
                                     dp_noise_std, gaussian_sigma_threshold, tempered_softmax)
 from bench.algorithms.fedproto import Prototypes
 from bench.engine.context import Context
@@ -20,7 +20,7 @@ from bench.engine.knowledge import (ClassStatistics, aggregate_class_statistics,
                                     last_writer_class_statistics)
 from bench.rng import numpy_stream, torch_stream
 from bench.engine.loop import Step
-from bench.engine.messages import Update
+from bench.engine.messages import ModelBroadcast, Update
 from bench.engine.state import Client, ClientData, Server
 from bench.errors import BenchError
 from tests.conftest import small_config
@@ -286,6 +286,30 @@ def test_fedproto_default_distance_is_the_references_mse_loss() -> None:
     grad_ours, = torch.autograd.grad(ours, features)
     grad_ref, = torch.autograd.grad(0.05 * reference, features)
     torch.testing.assert_close(grad_ours, grad_ref)  # zero logits: CE has no gradient wrt the features here
+
+
+def test_fedproto_client_trains_towards_the_broadcast_prototypes_with_weight_lambda() -> None:
+    """The prototypes the server broadcasts are the ones the client's loss pulls towards; λ = 1 adds the whole
+    distance term, λ = 0 leaves plain CE."""
+    c = _stats([[1.0, 0.0], [0.0, 2.0], [2.0, 2.0]], [1, 1, 1])
+    x = torch.tensor([[1.0, 1.0], [2.0, 0.0], [0.0, 0.0]])
+    y = torch.tensor([0, 1, 2])
+    ce = nn.functional.cross_entropy(x @ W.T, y)
+    term = ((x - c.features[y]) ** 2).sum(1).mean() / 2  # (1/(B·d))Σ‖h − C^y‖² = (1 + 8 + 8)/6
+    assert term.item() == pytest.approx(17 / 6)
+    for lam, expected in ((1.0, ce + term), (0.0, ce)):
+        proto = _algorithm("fedproto", lam=lam)
+        client = _client(Tiny(W), x, y, None, "fedproto")
+        proto.receive_broadcast(client, ModelBroadcast(client.model.state_dict(), c))
+        assert client.state.prototypes is c
+        torch.testing.assert_close(proto.local_loss(STEP, client, x, y), expected)
+
+
+def test_fedhkd_claims_its_mechanism_exactly_when_a_knowledge_term_is_weighed() -> None:
+    """Hyper-knowledge distillation is claimed when λ or γ weighs a term of Eq. 11, not when both are 0."""
+    for lam, gamma, claimed in ((0.05, 0.05, True), (0.05, 0.0, True), (0.0, 0.05, True), (0.0, 0.0, False)):
+        params = FedHKDParams(lam=lam, gamma=gamma)
+        assert FedHKD.mechanisms(params) == ((KNOWLEDGE_MOVES_LOSS,) if claimed else ())
 
 
 # -- runs and config ----------------------------------------------------------------------------

@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch import nn
 
-from bench.algorithms.fedalign import (FedAlignParams, fedalign_backward, sqrt_top_eigenvalue,
+from bench.algorithms.fedalign import (FedAlign, FedAlignParams, fedalign_backward, lipschitz, sqrt_top_eigenvalue,
                                        transmitting_matrix)
 from bench.algorithms.moon import Moon, contrastive_loss
 from bench.data import load_dataset
@@ -67,6 +67,22 @@ def test_moon_previous_model_is_global_at_round_one_then_the_last_local_model(da
     assert _state_equal(client.state.global_model.state_dict(), server.model.state_dict())
 
 
+@pytest.mark.parametrize("frozen_mode", ["eval", "train"])
+def test_moon_frozen_copies_run_in_the_frozen_mode(data_dir: Path, frozen_mode: str) -> None:
+    """``eval``: the frozen global and previous copies normalise with BN running statistics (MOON's code); ``train``:
+    with the batch's (FedAlign's port)."""
+    cfg = small_config(algorithm={"name": "moon", "frozen_mode": frozen_mode})
+    data = load_dataset("digits", data_dir)
+    ctx = Context(cfg, data.image_shape, data.num_classes, torch.device("cpu"))
+    moon = Moon(Moon.Params(frozen_mode=frozen_mode), ctx)
+    server = moon.init_server()
+    client = Client(0, ClientData(*(2 * (torch.zeros(1, *data.image_shape), torch.zeros(1, dtype=torch.long)))),
+                    moon.init_client_model(0, server), moon.init_client_state(0))
+    moon.receive_broadcast(client, moon.broadcast(1, server, 0))
+    for copy_ in (client.state.prev_model, client.state.global_model):
+        assert all(m.training == (frozen_mode == "train") for m in copy_.modules())
+
+
 # --------------------------------------------------------------------------- FedAlign pieces
 
 def test_power_iteration_matches_eigvalsh() -> None:
@@ -86,6 +102,16 @@ def test_transmitting_matrix_shape_and_value() -> None:
     assert torch.allclose(tm[1], f_in[1].mean((1, 2))[:, None] * f_out[1, :, 0, 0][None, :], atol=1e-6)
     assert transmitting_matrix(torch.randn(3, 4, 8, 8), torch.randn(3, 8, 8, 8)).shape == (3, 4, 8)
 
+
+def test_lipschitz_runs_the_given_power_iterations() -> None:
+    """One sample, 2 channels at 1×2 positions: TM = f_in·f_outᵀ/2 = diag(1, 1/2), K = diag(1, 1/4). One power step
+    from the ones vector: K·1 = (1, 1/4), so the estimate is √‖K·1‖ = (1 + 1/16)^(1/4); ten steps reach TM's
+    largest singular value, 1."""
+    f_in = torch.tensor([[[[1.0, 0.0]], [[0.0, 1.0]]]])
+    f_out = torch.tensor([[[[2.0, 0.0]], [[0.0, 1.0]]]])
+    torch.testing.assert_close(transmitting_matrix(f_in, f_out)[0], torch.tensor([[1.0, 0.0], [0.0, 0.5]]))
+    assert lipschitz(f_in, f_out, 1).item() == pytest.approx((17 / 16) ** 0.25, rel=1e-6)
+    assert lipschitz(f_in, f_out, 10).item() == pytest.approx(1.0, abs=1e-6)
 
 MODELS = [("cnn", (1, 8, 8)), ("fedhkd_resnet18", (3, 32, 32)), ("fedhkd_shufflenetv2", (3, 32, 32))]
 
@@ -126,6 +152,9 @@ def test_sub_network_pass_keeps_bn_statistics(name: str, shape: tuple[int, ...])
 def test_fedalign_rejects_a_model_without_final_block() -> None:
     with pytest.raises(BenchError, match="'mlp'"):
         final_block(build_model("mlp", (1, 8, 8), 10), "mlp")
+    cfg = small_config(algorithm={"name": "fedalign"}, model={"name": "mlp"})
+    with pytest.raises(BenchError, match="model 'mlp' defines no final_block"):  # before any training
+        FedAlign(FedAlignParams(), Context(cfg, (1, 8, 8), 10, torch.device("cpu"))).init_server()
 
 
 @pytest.mark.parametrize("name", ["fedhkd_resnet18", "fedhkd_shufflenetv2"])
@@ -144,6 +173,24 @@ def test_fedalign_step_on_paper_models(name: str) -> None:
     torch.nn.utils.clip_grad_norm_(model.parameters(), params.grad_clip)
     torch.optim.Adam(model.parameters(), lr=1e-3).step()
     assert any(not torch.equal(b, p) for b, p in zip(before, model.parameters()))
+
+
+def test_fedalign_step_is_clipped_at_its_own_grad_clip_at_the_rounds_learning_rate(data_dir: Path) -> None:
+    """One plain-SGD step of round 2 with lr 0.1 halved every round: the parameters move by lr·clip = 0.05 · 0.1 in
+    norm, FedAlign's clip replacing ``training.grad_clip`` (5, which would not clip here)."""
+    cfg = small_config(algorithm={"name": "fedalign", "grad_clip": 0.1},
+                       training={"local_epochs": None, "local_steps": 1, "batch_size": 32, "grad_clip": 5.0,
+                                 "optimizer": {"name": "sgd", "lr": 0.1}, "lr_decay": {"every": 1, "factor": 0.5}})
+    data = load_dataset("digits", data_dir)
+    ctx = Context(cfg, data.image_shape, data.num_classes, torch.device("cpu"))
+    fedalign = FedAlign(FedAlignParams(grad_clip=0.1), ctx)
+    server = fedalign.init_server()
+    x, y = to_tensor(data.train_x[:32], data, ctx.device), torch.from_numpy(data.train_y[:32])
+    client = Client(0, ClientData(x, y, x, y), fedalign.init_client_model(0, server), fedalign.init_client_state(0))
+    before = torch.cat([p.detach().flatten().clone() for p in client.model.parameters()])
+    fedalign.local_update(2, client)
+    after = torch.cat([p.detach().flatten() for p in client.model.parameters()])
+    assert (after - before).double().norm().item() == pytest.approx(0.05 * 0.1, rel=1e-3)
 
 
 # --------------------------------------------------------------------------- runs
