@@ -2,6 +2,7 @@
 recorded reward checked against its formula on a tiny federation, and the flat-vector toolkit."""
 from __future__ import annotations
 
+import copy
 import math
 from pathlib import Path
 from typing import Any, cast
@@ -18,7 +19,7 @@ from bench.algorithms.fedas import alignment_loss, class_prototypes, fisher_trac
 from bench.algorithms.fedave import (batch_losses, distribution_factors, download_fraction, kl_divergence,
                                     reputation_update as fedave_reputation)
 from bench.algorithms.feddc import correction_term, corrected_state, drift_penalty
-from bench.algorithms.fedmpr import magnitude_prune
+from bench.algorithms.fedmpr import FedMPR, FedMPRParams, l2_penalty, magnitude_prune
 from bench.algorithms.fedsac import apply_mask, conv_filters, filter_importance, reputations, submodel_mask
 from bench.algorithms.pfedck import cluster_updates, mutual_losses
 from bench.engine.ledger import payload_bytes
@@ -313,6 +314,41 @@ def test_fedas_prototypes_alignment_and_fisher_trace() -> None:
     assert fisher_trace(Linear(), [(x[:1], y[:1])]) == pytest.approx(float((grad ** 2).sum()), rel=1e-6)
 
 
+class _Body(nn.Module):
+    """features = B·x (B = b·I), logits = classifier(features)."""
+
+    def __init__(self, b: float) -> None:
+        super().__init__()
+        self.body = nn.Linear(2, 2, bias=False)
+        self.classifier = nn.Linear(2, 2)
+        with torch.no_grad():
+            self.body.weight.copy_(b * torch.eye(2))
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        features = self.body(x)
+        return features, self.classifier(features)
+
+
+@pytest.mark.parametrize("epochs", [0, 1])
+def test_fedas_alignment_moves_the_feature_extractor_towards_the_previous_models_prototypes(epochs: int) -> None:
+    """x = (1 0), (0 1) of classes 0, 1; the previous model's body 2I gives prototypes (2 0), (0 2); the
+    received body I gives features (1 0), (0 1): loss ½·1 + ½·1, gradient −I, so one SGD step at lr .1 makes the
+    body 1.1·I. The classifier is not aligned; no epochs align nothing."""
+    from types import SimpleNamespace
+
+    from bench.algorithms.fedas import FedAS, FedASClient, FedASParams
+
+    x, y = torch.eye(2), torch.tensor([0, 1])
+    ctx = SimpleNamespace(num_classes=2, batches=lambda x_, y_, *key: [(x_, y_)])
+    client = cast(Client, SimpleNamespace(cid=0, model=_Body(1.0), data=SimpleNamespace(x=x, y=y),
+                                          state=FedASClient(previous=_Body(2.0))))
+    classifier = copy.deepcopy(client.model.classifier.state_dict())
+    loss = FedAS(FedASParams(alignment_lr=0.1, alignment_epochs=epochs), cast(Any, ctx)).align(1, client)
+    assert loss == pytest.approx(1.0 if epochs else 0.0)
+    assert torch.allclose(client.model.body.weight.detach(), torch.eye(2) * (1.1 if epochs else 1.0))
+    assert all(torch.equal(v, classifier[k]) for k, v in client.model.classifier.state_dict().items())
+
+
 def test_fedmpr_prunes_the_smallest_tenth_over_all_parameters() -> None:
     net = nn.Linear(5, 2)  # 10 weights + 2 biases
     with torch.no_grad():
@@ -323,6 +359,97 @@ def test_fedmpr_prunes_the_smallest_tenth_over_all_parameters() -> None:
     assert threshold == pytest.approx(float(torch.quantile(torch.tensor(
         [0.05, 20.0, *range(1, 11)], dtype=torch.float32), 0.1)))
     assert int((values == 0).sum()) == 2 and float(net.bias[0].detach()) == 0.0 and float(net.weight[0, 0].detach()) == 0.0
+
+
+class _Identity(nn.Module):
+    """features = x, logits = W·features with W = (1 0; 0 2): a model whose loss is computed by hand."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.classifier = nn.Linear(2, 2, bias=False)
+        with torch.no_grad():
+            self.classifier.weight.copy_(torch.tensor([[1.0, 0.0], [0.0, 2.0]]))
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return x, self.classifier(x)
+
+
+def test_fedmpr_l2_term_is_half_the_squared_norm() -> None:
+    assert float(l2_penalty([torch.tensor([1.0, 2.0]), torch.tensor([[2.0]])])) == 4.5  # ½(1 + 4 + 4)
+
+
+def test_fedmpr_local_loss_is_ce_of_noised_inputs_and_inverted_dropout_plus_half_lambda_norm() -> None:
+    """x̃ = x + σ·ε (ε ~ N(0, 1)), then features·m/(1 − p) with m = [u ≥ p] (u ~ U(0, 1)), both drawn in this
+    order from the step's stream; loss = CE(W·that, y) + λ·½‖θ‖² (‖W‖² = 5). Without noise and dropout it is
+    CE(W·x, y) + λ·2.5."""
+    from bench.engine.loop import Step
+
+    x, y = torch.tensor([[1.0, 0.0], [0.0, 1.0], [2.0, 1.0]]), torch.tensor([0, 1, 1])
+    client = cast(Client, type("C", (), {"model": _Identity()})())
+    σ, p, λ = 0.5, 0.25, 0.1
+    algo = FedMPR(FedMPRParams(input_noise=σ, dropout=p, weight_decay=λ), ctx=cast(Any, None))
+    loss = algo.local_loss(Step(1, 0, torch.Generator().manual_seed(7)), client, x, y)
+    draws = torch.Generator().manual_seed(7)
+    noised = x + σ * torch.randn(x.shape, generator=draws)
+    kept = noised * (torch.rand(x.shape, generator=draws) >= p) / 0.75
+    assert 0 < int((kept == 0).sum()) < 6  # the seed drops some features and keeps others
+    expected = torch.nn.functional.cross_entropy(kept * torch.tensor([1.0, 2.0]), y) + λ * 2.5
+    assert float(loss.detach()) == pytest.approx(float(expected), rel=1e-6)
+    plain = FedMPR(FedMPRParams(input_noise=0.0, dropout=0.0, weight_decay=λ), ctx=cast(Any, None))
+    expected = torch.nn.functional.cross_entropy(x * torch.tensor([1.0, 2.0]), y) + λ * 2.5
+    assert float(plain.local_loss(Step(1, 0, None), client, x, y).detach()) == pytest.approx(float(expected), rel=1e-6)
+
+
+@pytest.mark.parametrize(("noise", "dropout"), [(0.1, 0.2), (0.1, 0.0), (0.0, 0.2), (0.0, 0.0)])
+def test_fedmpr_draws_noise_and_dropout_from_each_clients_own_stream_each_round(noise: float, dropout: float) -> None:
+    """Local training gets the stream of (client, round) whenever noise or dropout is on, and none otherwise."""
+    asked: list[tuple] = []
+    given: list[torch.Generator | None] = []
+
+    class Ctx:
+        def stream(self, *key: int | str) -> torch.Generator:
+            asked.append(key)
+            return torch.Generator()
+
+        def local_train(self, client: Client, round_index: int, loss_fn: Any, rng: torch.Generator | None = None) -> float:
+            given.append(rng)
+            return 0.0
+
+    algo = FedMPR(FedMPRParams(input_noise=noise, dropout=dropout, prune_fraction=0.0), ctx=cast(Any, Ctx()))
+    algo.update = lambda client: None  # type: ignore[method-assign,assignment,return-value]
+    for cid, round_index in ((3, 2), (1, 2), (3, 1)):
+        algo.local_update(round_index, cast(Client, type("C", (), {"cid": cid, "model": nn.Linear(1, 1)})()))
+    if noise or dropout:
+        assert [key[1:] for key in asked] == [(3, 2), (1, 2), (3, 1)] and len(set(asked)) == 3
+        assert all(isinstance(rng, torch.Generator) for rng in given)
+    else:
+        assert asked == [] and given == [None, None, None]
+
+
+def test_a_rewarded_method_trains_on_its_train_split_or_with_data_all_on_all_its_local_data() -> None:
+    """``data: train`` (paper) trains on the train split and scores local_acc on the local test split; ``data:
+    all`` (the released code) trains on train and local test splits together and scores the personal model on
+    them too; the other evaluations stay."""
+    from types import SimpleNamespace
+
+    from bench.engine.evaluation import LOCAL_ACC, VAL_ACC, Evaluation
+
+    data = SimpleNamespace(x=torch.zeros(2, 1), y=torch.zeros(2), with_test=(torch.ones(3, 1), torch.ones(3)))
+    client = cast(Client, SimpleNamespace(data=data))
+    ctx = cast(Any, SimpleNamespace(config=small_config(partition={"num_clients": 4, "validation_fraction": 0.1})))
+    train, everything = CGSV(CGSVParams(data="train"), ctx), CGSV(CGSVParams(data="all"), ctx)
+    assert train.pool(client) == (data.x, data.y) and everything.pool(client) is data.with_test
+    assert LOCAL_ACC in train.evaluations() and VAL_ACC in train.evaluations()
+    assert everything.evaluations() == [Evaluation("local_acc", "client", "local_all") if e == LOCAL_ACC else e
+                                        for e in train.evaluations()]
+
+
+def test_only_the_clients_taking_part_train_and_upload() -> None:
+    """The round's exchange asks :meth:`taking_part` which clients train (CFFL: not those that have left)."""
+    from bench.algorithms.cffl import CFFL, CFFLParams
+
+    cffl = CFFL(CFFLParams(), cast(Any, None))
+    assert cffl.phases(1)[0].who == cffl.taking_part
 
 
 # -- the recorded rewards on a tiny federation ----------------------------------------------------------
