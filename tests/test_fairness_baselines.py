@@ -281,6 +281,30 @@ def test_pfedck_mutual_losses_and_clusters() -> None:
     assert cluster_updates(updates[:2], 3) == [0, 1]
 
 
+@pytest.mark.parametrize("persistent", [False, True])
+def test_pfedck_interactive_optimiser_is_fresh_each_round_unless_persistent_and_follows_the_lr_schedule(
+        persistent: bool) -> None:
+    """I_k's optimiser, like the personal model's: rebuilt every round (persistent: kept, its moments too), at
+    the round's learning rate (.01 halved every round: .005 in round 2)."""
+    from bench.algorithms.pfedck import PFedCK, PFedCKClient, PFedCKParams
+    from bench.engine.context import Context
+    from bench.engine.state import ClientData
+
+    cfg = small_config(training={"optimizer": {"name": "adam", "lr": 0.01, "persistent": persistent},
+                                 "lr_decay": {"every": 1, "factor": 0.5}}, model={"name": "mlp"})
+    ctx = Context(cfg, (1, 8, 8), 10, torch.device("cpu"))
+    x, y = torch.rand(8, 1, 8, 8, generator=torch.Generator().manual_seed(0)), torch.arange(8)
+    client = Client(0, ClientData(x, y, x, y), ctx.build_model("personal"),
+                    PFedCKClient(interactive=ctx.build_model("interactive")))
+    algo = PFedCK(PFedCKParams(), ctx)
+    algo.local_pass(1, client)
+    first = client.state.optimizer
+    assert first is not None and first.param_groups[0]["lr"] == 0.01
+    algo.local_pass(2, client)
+    second = client.state.optimizer
+    assert second is not None and (second is first) == persistent and second.param_groups[0]["lr"] == 0.005
+
+
 def test_feddc_terms_by_hand() -> None:
     θ, h, w = [torch.tensor([1.0, 2.0])], [torch.tensor([0.5, 0.0])], [torch.tensor([1.0, 1.0])]
     assert float(drift_penalty(θ, h, w)) == pytest.approx(0.25 + 1.0)  # ‖θ + h − w‖² = .5² + 1²
