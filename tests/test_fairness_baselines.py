@@ -314,6 +314,56 @@ def test_feddc_terms_by_hand() -> None:
     assert new[0].tolist() == pytest.approx([0.0 - 1.0 - 1.0, 1.0 + 1.0 + 2.0])  # g_k − g − Δ/(Kη)
 
 
+def _feddc_client(**state: list[torch.Tensor]) -> Client:
+    from types import SimpleNamespace
+
+    from bench.algorithms.feddc import FedDCClient
+
+    return cast(Client, SimpleNamespace(cid=0, model=_Identity(), data=SimpleNamespace(num_samples=5),
+                                        state=FedDCClient(**state)))
+
+
+def test_feddc_local_loss_by_hand() -> None:
+    """θ = W = diag(1, 2), w = I, h = 0, g − g_k = 1 (all ones): CE + (α/2)‖θ + h − w‖² + ⟨θ, g − g_k⟩ =
+    CE + (2/2)·1 + 3 with α = 2; without the correction (code) CE + 1."""
+    from bench.algorithms.feddc import FedDC, FedDCParams
+    from bench.engine.loop import Step
+
+    x, y = torch.tensor([[1.0, 0.0], [0.0, 1.0]]), torch.tensor([0, 0])
+    client = _feddc_client(drift=[torch.zeros(2, 2)], global_params=[torch.eye(2)],
+                           server_correction=[torch.ones(2, 2)], correction=[torch.zeros(2, 2)])
+    ce = float(torch.nn.functional.cross_entropy(x * torch.tensor([1.0, 2.0]), y))
+    for correction, extra in ((True, 1.0 + 3.0), (False, 1.0)):
+        loss = FedDC(FedDCParams(alpha=2.0, correction=correction), cast(Any, None)).local_loss(
+            Step(1, 0), client, x, y)
+        assert float(loss.detach()) == pytest.approx(ce + extra, rel=1e-6)
+
+
+def test_feddc_local_update_by_hand() -> None:
+    """Training moves θ from w = I by Δ = diag(.3, −.6) in K = 3 steps at η = .1: h ← h + Δ = .1 + Δ; the
+    upload is θ + h; g_k ← g_k − g − Δ/(Kη) = 0 − .5 − diag(1, −2), and how much it moved is sent."""
+    from types import SimpleNamespace
+
+    from bench.algorithms.feddc import FedDC, FedDCParams
+
+    step = torch.tensor([[0.3, 0.0], [0.0, -0.6]])
+
+    def train(client: Client, round_index: int, loss_fn: Any) -> float:
+        with torch.no_grad():
+            client.model.classifier.weight.copy_(torch.eye(2) + step)
+        return 0.25
+
+    ctx = SimpleNamespace(batch_indices=lambda n, *key: iter([0, 1, 2]), local_train=train, lr_at=lambda r: 0.1)
+    client = _feddc_client(drift=[torch.full((2, 2), 0.1)], global_params=[torch.eye(2)],
+                           server_correction=[torch.full((2, 2), 0.5)], correction=[torch.zeros(2, 2)])
+    update, loss = FedDC(FedDCParams(), cast(Any, ctx)).local_update(1, client)
+    assert loss == 0.25 and update.num_samples == 5
+    assert torch.allclose(client.state.drift[0], torch.tensor([[0.4, 0.1], [0.1, -0.5]]))
+    assert torch.allclose(update.state["classifier.weight"], torch.tensor([[1.7, 0.1], [0.1, -0.1]]))
+    moved = torch.tensor([[-1.5, -0.5], [-0.5, 1.5]])
+    assert torch.allclose(client.state.correction[0], moved) and torch.allclose(update.payload[0], moved)
+
+
 def test_fedas_prototypes_alignment_and_fisher_trace() -> None:
     class Linear(nn.Module):
         def __init__(self) -> None:
