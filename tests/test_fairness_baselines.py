@@ -526,6 +526,41 @@ def test_only_the_clients_taking_part_train_and_upload() -> None:
     assert cffl.phases(1)[0].who == cffl.taking_part
 
 
+def test_only_the_clients_with_a_reward_are_sent_one() -> None:
+    """The reward exchange goes to the clients the server computed a reward for this round (not to one that left)."""
+    server = Server(None, Reputations(rewards={0: SparseVector(None, torch.zeros(2), 2),
+                                               2: SparseVector(None, torch.ones(2), 2)}))
+    cgsv = CGSV(CGSVParams(), cast(Any, None))
+    assert cgsv.rewarded(server, [0, 1, 2]) == [0, 2] and cgsv.phases(1)[1].who == cgsv.rewarded
+
+
+def test_a_rewarded_method_starts_from_its_own_model_or_the_broadcast_global_one() -> None:
+    """``start: own`` sends nothing and the client trains its personal model; ``global`` sends the global model."""
+    model = _Identity()
+    server = Server(model, Reputations())
+    assert CGSV(CGSVParams(start="own"), cast(Any, None)).broadcast(1, server, 0) is None
+    sent = CGSV(CGSVParams(start="global"), cast(Any, None)).broadcast(1, server, 0)
+    assert sent is not None and torch.equal(sent.state["classifier.weight"], model.classifier.weight)
+
+
+@pytest.mark.parametrize("data", ["train", "all"])
+def test_a_rewarded_client_trains_on_its_pool_and_reports_the_loss(data: str) -> None:
+    from types import SimpleNamespace
+
+    trained_on: list[Any] = []
+
+    def local_train(client: Client, round_index: int, loss_fn: Any, data: Any = None) -> float:
+        trained_on.append(data)
+        return 0.5
+
+    split = SimpleNamespace(x=torch.zeros(2, 2), y=torch.zeros(2), with_test=(torch.ones(3, 2), torch.ones(3)))
+    client = cast(Client, SimpleNamespace(cid=0, model=_Identity(), data=split, state=RewardedClient()))
+    cgsv = CGSV(CGSVParams(data=data), cast(Any, SimpleNamespace(local_train=local_train)))
+    upload, metrics = cgsv.client_update(1, client, None)
+    assert metrics == {"train_loss": 0.5} and trained_on == [cgsv.pool(client)]
+    assert upload.num_samples == (2 if data == "train" else 3)
+
+
 # -- the recorded rewards on a tiny federation ----------------------------------------------------------
 
 
