@@ -386,6 +386,7 @@ def test_fedas_prototypes_alignment_and_fisher_trace() -> None:
     p = torch.softmax(torch.tensor([1.0, 0.0]), 0)
     grad = torch.outer(p - torch.tensor([1.0, 0.0]), torch.tensor([1.0, 0.0]))
     assert fisher_trace(Linear(), [(x[:1], y[:1])]) == pytest.approx(float((grad ** 2).sum()), rel=1e-6)
+    assert fisher_trace(Linear(), [(x[:1], y[:1])] * 2) == pytest.approx(2 * float((grad ** 2).sum()), rel=1e-6)
 
 
 class _Body(nn.Module):
@@ -403,11 +404,13 @@ class _Body(nn.Module):
         return features, self.classifier(features)
 
 
-@pytest.mark.parametrize("epochs", [0, 1])
-def test_fedas_alignment_moves_the_feature_extractor_towards_the_previous_models_prototypes(epochs: int) -> None:
+@pytest.mark.parametrize(("epochs", "mean_loss", "body"), [(0, 0.0, 1.0), (1, 1.0, 1.1), (2, (1.0 + 0.81) / 2, 1.19)])
+def test_fedas_alignment_moves_the_feature_extractor_towards_the_previous_models_prototypes(
+        epochs: int, mean_loss: float, body: float) -> None:
     """x = (1 0), (0 1) of classes 0, 1; the previous model's body 2I gives prototypes (2 0), (0 2); the
     received body I gives features (1 0), (0 1): loss ½·1 + ½·1, gradient −I, so one SGD step at lr .1 makes the
-    body 1.1·I. The classifier is not aligned; no epochs align nothing."""
+    body 1.1·I; a second epoch (loss .9², gradient −.9·I) 1.19·I; the loss returned is the epochs' mean. The
+    classifier is not aligned; no epochs align nothing."""
     from types import SimpleNamespace
 
     from bench.algorithms.fedas import FedAS, FedASClient, FedASParams
@@ -418,9 +421,28 @@ def test_fedas_alignment_moves_the_feature_extractor_towards_the_previous_models
                                           state=FedASClient(previous=_Body(2.0))))
     classifier = copy.deepcopy(client.model.classifier.state_dict())
     loss = FedAS(FedASParams(alignment_lr=0.1, alignment_epochs=epochs), cast(Any, ctx)).align(1, client)
-    assert loss == pytest.approx(1.0 if epochs else 0.0)
-    assert torch.allclose(client.model.body.weight.detach(), torch.eye(2) * (1.1 if epochs else 1.0))
+    assert loss == pytest.approx(mean_loss)
+    assert torch.allclose(client.model.body.weight.detach(), torch.eye(2) * body)
     assert all(torch.equal(v, classifier[k]) for k, v in client.model.classifier.state_dict().items())
+
+
+def test_fedas_aggregates_with_fisher_trace_weights_or_equal_ones_when_all_are_zero() -> None:
+    """Traces .1 and .2 (summing under 1): w = (.1·0 + .2·3)/.3 = 2; all traces 0: the plain mean 1.5. Only the
+    clients with a trace record one."""
+    from types import SimpleNamespace
+
+    from bench.algorithms.fedas import FedAS, FedASClient, FedASParams
+    from bench.engine.messages import Update
+
+    fedas = FedAS(FedASParams(), cast(Any, None))
+    for traces, expected in (((0.1, 0.2), 2.0), ((0.0, 0.0), 1.5)):
+        server = Server(nn.Linear(1, 1, bias=False), None)
+        updates = [Update(cid, 1, {"weight": torch.full((1, 1), w)}, trace)
+                   for cid, (w, trace) in enumerate(zip((0.0, 3.0), traces))]
+        fedas.aggregate(1, cast(Server, server), updates)
+        assert float(server.model.weight.detach()) == pytest.approx(expected)
+    clients = [SimpleNamespace(cid=0, state=FedASClient(fisher=2.0)), SimpleNamespace(cid=1, state=FedASClient())]
+    assert fedas.client_records(cast(Server, None), cast(Any, clients)) == {"fisher_trace": {0: 2.0}}
 
 
 def test_fedmpr_prunes_the_smallest_tenth_over_all_parameters() -> None:
