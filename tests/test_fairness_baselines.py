@@ -308,6 +308,7 @@ def test_pfedck_interactive_optimiser_is_fresh_each_round_unless_persistent_and_
 def test_feddc_terms_by_hand() -> None:
     θ, h, w = [torch.tensor([1.0, 2.0])], [torch.tensor([0.5, 0.0])], [torch.tensor([1.0, 1.0])]
     assert float(drift_penalty(θ, h, w)) == pytest.approx(0.25 + 1.0)  # ‖θ + h − w‖² = .5² + 1²
+    assert float(drift_penalty(θ, h, [torch.tensor([0.0, 1.0])])) == pytest.approx(2.25 + 1.0)  # 1.5² + 1²
     g, gk = [torch.tensor([1.0, -1.0])], [torch.tensor([0.0, 1.0])]
     assert float(correction_term(θ, g, gk)) == pytest.approx(1.0 * 1.0 + 2.0 * -2.0)  # ⟨θ, g − g_k⟩
     new = corrected_state(gk, g, [torch.tensor([0.2, -0.4])], steps=2, lr=0.1)
@@ -341,7 +342,7 @@ def test_feddc_local_loss_by_hand() -> None:
 
 def test_feddc_local_update_by_hand() -> None:
     """Training moves θ from w = I by Δ = diag(.3, −.6) in K = 3 steps at η = .1: h ← h + Δ = .1 + Δ; the
-    upload is θ + h; g_k ← g_k − g − Δ/(Kη) = 0 − .5 − diag(1, −2), and how much it moved is sent."""
+    upload is θ + h; g_k ← g_k − g − Δ/(Kη) = .2 − .5 − diag(1, −2), and how much it moved is sent."""
     from types import SimpleNamespace
 
     from bench.algorithms.feddc import FedDC, FedDCParams
@@ -355,13 +356,13 @@ def test_feddc_local_update_by_hand() -> None:
 
     ctx = SimpleNamespace(batch_indices=lambda n, *key: iter([0, 1, 2]), local_train=train, lr_at=lambda r: 0.1)
     client = _feddc_client(drift=[torch.full((2, 2), 0.1)], global_params=[torch.eye(2)],
-                           server_correction=[torch.full((2, 2), 0.5)], correction=[torch.zeros(2, 2)])
+                           server_correction=[torch.full((2, 2), 0.5)], correction=[torch.full((2, 2), 0.2)])
     update, loss = FedDC(FedDCParams(), cast(Any, ctx)).local_update(1, client)
     assert loss == 0.25 and update.num_samples == 5
     assert torch.allclose(client.state.drift[0], torch.tensor([[0.4, 0.1], [0.1, -0.5]]))
     assert torch.allclose(update.state["classifier.weight"], torch.tensor([[1.7, 0.1], [0.1, -0.1]]))
     moved = torch.tensor([[-1.5, -0.5], [-0.5, 1.5]])
-    assert torch.allclose(client.state.correction[0], moved) and torch.allclose(update.payload[0], moved)
+    assert torch.allclose(client.state.correction[0], 0.2 + moved) and torch.allclose(update.payload[0], moved)
 
 
 def test_fedas_prototypes_alignment_and_fisher_trace() -> None:
