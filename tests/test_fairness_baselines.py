@@ -2,6 +2,7 @@
 recorded reward checked against its formula on a tiny federation, and the flat-vector toolkit."""
 from __future__ import annotations
 
+import copy
 import math
 from pathlib import Path
 from typing import Any, cast
@@ -18,7 +19,7 @@ from bench.algorithms.fedas import alignment_loss, class_prototypes, fisher_trac
 from bench.algorithms.fedave import (batch_losses, distribution_factors, download_fraction, kl_divergence,
                                     reputation_update as fedave_reputation)
 from bench.algorithms.feddc import correction_term, corrected_state, drift_penalty
-from bench.algorithms.fedmpr import magnitude_prune
+from bench.algorithms.fedmpr import FedMPR, FedMPRParams, l2_penalty, magnitude_prune
 from bench.algorithms.fedsac import apply_mask, conv_filters, filter_importance, reputations, submodel_mask
 from bench.algorithms.pfedck import cluster_updates, mutual_losses
 from bench.engine.ledger import payload_bytes
@@ -280,13 +281,88 @@ def test_pfedck_mutual_losses_and_clusters() -> None:
     assert cluster_updates(updates[:2], 3) == [0, 1]
 
 
+@pytest.mark.parametrize("persistent", [False, True])
+def test_pfedck_interactive_optimiser_is_fresh_each_round_unless_persistent_and_follows_the_lr_schedule(
+        persistent: bool) -> None:
+    """I_k's optimiser, like the personal model's: rebuilt every round (persistent: kept, its moments too), at
+    the round's learning rate (.01 halved every round: .005 in round 2)."""
+    from bench.algorithms.pfedck import PFedCK, PFedCKClient, PFedCKParams
+    from bench.engine.context import Context
+    from bench.engine.state import ClientData
+
+    cfg = small_config(training={"optimizer": {"name": "adam", "lr": 0.01, "persistent": persistent},
+                                 "lr_decay": {"every": 1, "factor": 0.5}}, model={"name": "mlp"})
+    ctx = Context(cfg, (1, 8, 8), 10, torch.device("cpu"))
+    x, y = torch.rand(8, 1, 8, 8, generator=torch.Generator().manual_seed(0)), torch.arange(8)
+    client = Client(0, ClientData(x, y, x, y), ctx.build_model("personal"),
+                    PFedCKClient(interactive=ctx.build_model("interactive")))
+    algo = PFedCK(PFedCKParams(), ctx)
+    algo.local_pass(1, client)
+    first = client.state.optimizer
+    assert first is not None and first.param_groups[0]["lr"] == 0.01
+    algo.local_pass(2, client)
+    second = client.state.optimizer
+    assert second is not None and (second is first) == persistent and second.param_groups[0]["lr"] == 0.005
+
+
 def test_feddc_terms_by_hand() -> None:
     θ, h, w = [torch.tensor([1.0, 2.0])], [torch.tensor([0.5, 0.0])], [torch.tensor([1.0, 1.0])]
     assert float(drift_penalty(θ, h, w)) == pytest.approx(0.25 + 1.0)  # ‖θ + h − w‖² = .5² + 1²
+    assert float(drift_penalty(θ, h, [torch.tensor([0.0, 1.0])])) == pytest.approx(2.25 + 1.0)  # 1.5² + 1²
     g, gk = [torch.tensor([1.0, -1.0])], [torch.tensor([0.0, 1.0])]
     assert float(correction_term(θ, g, gk)) == pytest.approx(1.0 * 1.0 + 2.0 * -2.0)  # ⟨θ, g − g_k⟩
     new = corrected_state(gk, g, [torch.tensor([0.2, -0.4])], steps=2, lr=0.1)
     assert new[0].tolist() == pytest.approx([0.0 - 1.0 - 1.0, 1.0 + 1.0 + 2.0])  # g_k − g − Δ/(Kη)
+
+
+def _feddc_client(**state: list[torch.Tensor]) -> Client:
+    from types import SimpleNamespace
+
+    from bench.algorithms.feddc import FedDCClient
+
+    return cast(Client, SimpleNamespace(cid=0, model=_Identity(), data=SimpleNamespace(num_samples=5),
+                                        state=FedDCClient(**state)))
+
+
+def test_feddc_local_loss_by_hand() -> None:
+    """θ = W = diag(1, 2), w = I, h = 0, g − g_k = 1 (all ones): CE + (α/2)‖θ + h − w‖² + ⟨θ, g − g_k⟩ =
+    CE + (2/2)·1 + 3 with α = 2; without the correction (code) CE + 1."""
+    from bench.algorithms.feddc import FedDC, FedDCParams
+    from bench.engine.loop import Step
+
+    x, y = torch.tensor([[1.0, 0.0], [0.0, 1.0]]), torch.tensor([0, 0])
+    client = _feddc_client(drift=[torch.zeros(2, 2)], global_params=[torch.eye(2)],
+                           server_correction=[torch.ones(2, 2)], correction=[torch.zeros(2, 2)])
+    ce = float(torch.nn.functional.cross_entropy(x * torch.tensor([1.0, 2.0]), y))
+    for correction, extra in ((True, 1.0 + 3.0), (False, 1.0)):
+        loss = FedDC(FedDCParams(alpha=2.0, correction=correction), cast(Any, None)).local_loss(
+            Step(1, 0), client, x, y)
+        assert float(loss.detach()) == pytest.approx(ce + extra, rel=1e-6)
+
+
+def test_feddc_local_update_by_hand() -> None:
+    """Training moves θ from w = I by Δ = diag(.3, −.6) in K = 3 steps at η = .1: h ← h + Δ = .1 + Δ; the
+    upload is θ + h; g_k ← g_k − g − Δ/(Kη) = .2 − .5 − diag(1, −2), and how much it moved is sent."""
+    from types import SimpleNamespace
+
+    from bench.algorithms.feddc import FedDC, FedDCParams
+
+    step = torch.tensor([[0.3, 0.0], [0.0, -0.6]])
+
+    def train(client: Client, round_index: int, loss_fn: Any) -> float:
+        with torch.no_grad():
+            client.model.classifier.weight.copy_(torch.eye(2) + step)
+        return 0.25
+
+    ctx = SimpleNamespace(batch_indices=lambda n, *key: iter([0, 1, 2]), local_train=train, lr_at=lambda r: 0.1)
+    client = _feddc_client(drift=[torch.full((2, 2), 0.1)], global_params=[torch.eye(2)],
+                           server_correction=[torch.full((2, 2), 0.5)], correction=[torch.full((2, 2), 0.2)])
+    update, loss = FedDC(FedDCParams(), cast(Any, ctx)).local_update(1, client)
+    assert loss == 0.25 and update.num_samples == 5
+    assert torch.allclose(client.state.drift[0], torch.tensor([[0.4, 0.1], [0.1, -0.5]]))
+    assert torch.allclose(update.state["classifier.weight"], torch.tensor([[1.7, 0.1], [0.1, -0.1]]))
+    moved = torch.tensor([[-1.5, -0.5], [-0.5, 1.5]])
+    assert torch.allclose(client.state.correction[0], 0.2 + moved) and torch.allclose(update.payload[0], moved)
 
 
 def test_fedas_prototypes_alignment_and_fisher_trace() -> None:
@@ -311,6 +387,63 @@ def test_fedas_prototypes_alignment_and_fisher_trace() -> None:
     p = torch.softmax(torch.tensor([1.0, 0.0]), 0)
     grad = torch.outer(p - torch.tensor([1.0, 0.0]), torch.tensor([1.0, 0.0]))
     assert fisher_trace(Linear(), [(x[:1], y[:1])]) == pytest.approx(float((grad ** 2).sum()), rel=1e-6)
+    assert fisher_trace(Linear(), [(x[:1], y[:1])] * 2) == pytest.approx(2 * float((grad ** 2).sum()), rel=1e-6)
+
+
+class _Body(nn.Module):
+    """features = B·x (B = b·I), logits = classifier(features)."""
+
+    def __init__(self, b: float) -> None:
+        super().__init__()
+        self.body = nn.Linear(2, 2, bias=False)
+        self.classifier = nn.Linear(2, 2)
+        with torch.no_grad():
+            self.body.weight.copy_(b * torch.eye(2))
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        features = self.body(x)
+        return features, self.classifier(features)
+
+
+@pytest.mark.parametrize(("epochs", "mean_loss", "body"), [(0, 0.0, 1.0), (1, 1.0, 1.1), (2, (1.0 + 0.81) / 2, 1.19)])
+def test_fedas_alignment_moves_the_feature_extractor_towards_the_previous_models_prototypes(
+        epochs: int, mean_loss: float, body: float) -> None:
+    """x = (1 0), (0 1) of classes 0, 1; the previous model's body 2I gives prototypes (2 0), (0 2); the
+    received body I gives features (1 0), (0 1): loss ½·1 + ½·1, gradient −I, so one SGD step at lr .1 makes the
+    body 1.1·I; a second epoch (loss .9², gradient −.9·I) 1.19·I; the loss returned is the epochs' mean. The
+    classifier is not aligned; no epochs align nothing."""
+    from types import SimpleNamespace
+
+    from bench.algorithms.fedas import FedAS, FedASClient, FedASParams
+
+    x, y = torch.eye(2), torch.tensor([0, 1])
+    ctx = SimpleNamespace(num_classes=2, batches=lambda x_, y_, *key: [(x_, y_)])
+    client = cast(Client, SimpleNamespace(cid=0, model=_Body(1.0), data=SimpleNamespace(x=x, y=y),
+                                          state=FedASClient(previous=_Body(2.0))))
+    classifier = copy.deepcopy(client.model.classifier.state_dict())
+    loss = FedAS(FedASParams(alignment_lr=0.1, alignment_epochs=epochs), cast(Any, ctx)).align(1, client)
+    assert loss == pytest.approx(mean_loss)
+    assert torch.allclose(client.model.body.weight.detach(), torch.eye(2) * body)
+    assert all(torch.equal(v, classifier[k]) for k, v in client.model.classifier.state_dict().items())
+
+
+def test_fedas_aggregates_with_fisher_trace_weights_or_equal_ones_when_all_are_zero() -> None:
+    """Traces .1 and .2 (summing under 1): w = (.1·0 + .2·3)/.3 = 2; all traces 0: the plain mean 1.5. Only the
+    clients with a trace record one."""
+    from types import SimpleNamespace
+
+    from bench.algorithms.fedas import FedAS, FedASClient, FedASParams
+    from bench.engine.messages import Update
+
+    fedas = FedAS(FedASParams(), cast(Any, None))
+    for traces, expected in (((0.1, 0.2), 2.0), ((0.0, 0.0), 1.5)):
+        server = Server(nn.Linear(1, 1, bias=False), None)
+        updates = [Update(cid, 1, {"weight": torch.full((1, 1), w)}, trace)
+                   for cid, (w, trace) in enumerate(zip((0.0, 3.0), traces))]
+        fedas.aggregate(1, cast(Server, server), updates)
+        assert float(server.model.weight.detach()) == pytest.approx(expected)
+    clients = [SimpleNamespace(cid=0, state=FedASClient(fisher=2.0)), SimpleNamespace(cid=1, state=FedASClient())]
+    assert fedas.client_records(cast(Server, None), cast(Any, clients)) == {"fisher_trace": {0: 2.0}}
 
 
 def test_fedmpr_prunes_the_smallest_tenth_over_all_parameters() -> None:
@@ -323,6 +456,132 @@ def test_fedmpr_prunes_the_smallest_tenth_over_all_parameters() -> None:
     assert threshold == pytest.approx(float(torch.quantile(torch.tensor(
         [0.05, 20.0, *range(1, 11)], dtype=torch.float32), 0.1)))
     assert int((values == 0).sum()) == 2 and float(net.bias[0].detach()) == 0.0 and float(net.weight[0, 0].detach()) == 0.0
+
+
+class _Identity(nn.Module):
+    """features = x, logits = W·features with W = (1 0; 0 2): a model whose loss is computed by hand."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.classifier = nn.Linear(2, 2, bias=False)
+        with torch.no_grad():
+            self.classifier.weight.copy_(torch.tensor([[1.0, 0.0], [0.0, 2.0]]))
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return x, self.classifier(x)
+
+
+def test_fedmpr_l2_term_is_half_the_squared_norm() -> None:
+    assert float(l2_penalty([torch.tensor([1.0, 2.0]), torch.tensor([[2.0]])])) == 4.5  # ½(1 + 4 + 4)
+
+
+def test_fedmpr_local_loss_is_ce_of_noised_inputs_and_inverted_dropout_plus_half_lambda_norm() -> None:
+    """x̃ = x + σ·ε (ε ~ N(0, 1)), then features·m/(1 − p) with m = [u ≥ p] (u ~ U(0, 1)), both drawn in this
+    order from the step's stream; loss = CE(W·that, y) + λ·½‖θ‖² (‖W‖² = 5). Without noise and dropout it is
+    CE(W·x, y) + λ·2.5."""
+    from bench.engine.loop import Step
+
+    x, y = torch.tensor([[1.0, 0.0], [0.0, 1.0], [2.0, 1.0]]), torch.tensor([0, 1, 1])
+    client = cast(Client, type("C", (), {"model": _Identity()})())
+    σ, p, λ = 0.5, 0.25, 0.1
+    algo = FedMPR(FedMPRParams(input_noise=σ, dropout=p, weight_decay=λ), ctx=cast(Any, None))
+    loss = algo.local_loss(Step(1, 0, torch.Generator().manual_seed(7)), client, x, y)
+    draws = torch.Generator().manual_seed(7)
+    noised = x + σ * torch.randn(x.shape, generator=draws)
+    kept = noised * (torch.rand(x.shape, generator=draws) >= p) / 0.75
+    assert 0 < int((kept == 0).sum()) < 6  # the seed drops some features and keeps others
+    expected = torch.nn.functional.cross_entropy(kept * torch.tensor([1.0, 2.0]), y) + λ * 2.5
+    assert float(loss.detach()) == pytest.approx(float(expected), rel=1e-6)
+    plain = FedMPR(FedMPRParams(input_noise=0.0, dropout=0.0, weight_decay=λ), ctx=cast(Any, None))
+    expected = torch.nn.functional.cross_entropy(x * torch.tensor([1.0, 2.0]), y) + λ * 2.5
+    assert float(plain.local_loss(Step(1, 0, None), client, x, y).detach()) == pytest.approx(float(expected), rel=1e-6)
+
+
+@pytest.mark.parametrize(("noise", "dropout"), [(0.1, 0.2), (0.1, 0.0), (0.0, 0.2), (0.0, 0.0)])
+def test_fedmpr_draws_noise_and_dropout_from_each_clients_own_stream_each_round(noise: float, dropout: float) -> None:
+    """Local training gets the stream of (client, round) whenever noise or dropout is on, and none otherwise."""
+    asked: list[tuple] = []
+    given: list[torch.Generator | None] = []
+
+    class Ctx:
+        def stream(self, *key: int | str) -> torch.Generator:
+            asked.append(key)
+            return torch.Generator()
+
+        def local_train(self, client: Client, round_index: int, loss_fn: Any, rng: torch.Generator | None = None) -> float:
+            given.append(rng)
+            return 0.0
+
+    algo = FedMPR(FedMPRParams(input_noise=noise, dropout=dropout, prune_fraction=0.0), ctx=cast(Any, Ctx()))
+    algo.update = lambda client: None  # type: ignore[method-assign,assignment,return-value]
+    for cid, round_index in ((3, 2), (1, 2), (3, 1)):
+        algo.local_update(round_index, cast(Client, type("C", (), {"cid": cid, "model": nn.Linear(1, 1)})()))
+    if noise or dropout:
+        assert [key[1:] for key in asked] == [(3, 2), (1, 2), (3, 1)] and len(set(asked)) == 3
+        assert all(isinstance(rng, torch.Generator) for rng in given)
+    else:
+        assert asked == [] and given == [None, None, None]
+
+
+def test_a_rewarded_method_trains_on_its_train_split_or_with_data_all_on_all_its_local_data() -> None:
+    """``data: train`` (paper) trains on the train split and scores local_acc on the local test split; ``data:
+    all`` (the released code) trains on train and local test splits together and scores the personal model on
+    them too; the other evaluations stay."""
+    from types import SimpleNamespace
+
+    from bench.engine.evaluation import LOCAL_ACC, VAL_ACC, Evaluation
+
+    data = SimpleNamespace(x=torch.zeros(2, 1), y=torch.zeros(2), with_test=(torch.ones(3, 1), torch.ones(3)))
+    client = cast(Client, SimpleNamespace(data=data))
+    ctx = cast(Any, SimpleNamespace(config=small_config(partition={"num_clients": 4, "validation_fraction": 0.1})))
+    train, everything = CGSV(CGSVParams(data="train"), ctx), CGSV(CGSVParams(data="all"), ctx)
+    assert train.pool(client) == (data.x, data.y) and everything.pool(client) is data.with_test
+    assert LOCAL_ACC in train.evaluations() and VAL_ACC in train.evaluations()
+    assert everything.evaluations() == [Evaluation("local_acc", "client", "local_all") if e == LOCAL_ACC else e
+                                        for e in train.evaluations()]
+
+
+def test_only_the_clients_taking_part_train_and_upload() -> None:
+    """The round's exchange asks :meth:`taking_part` which clients train (CFFL: not those that have left)."""
+    from bench.algorithms.cffl import CFFL, CFFLParams
+
+    cffl = CFFL(CFFLParams(), cast(Any, None))
+    assert cffl.phases(1)[0].who == cffl.taking_part
+
+
+def test_only_the_clients_with_a_reward_are_sent_one() -> None:
+    """The reward exchange goes to the clients the server computed a reward for this round (not to one that left)."""
+    server = Server(None, Reputations(rewards={0: SparseVector(None, torch.zeros(2), 2),
+                                               2: SparseVector(None, torch.ones(2), 2)}))
+    cgsv = CGSV(CGSVParams(), cast(Any, None))
+    assert cgsv.rewarded(server, [0, 1, 2]) == [0, 2] and cgsv.phases(1)[1].who == cgsv.rewarded
+
+
+def test_a_rewarded_method_starts_from_its_own_model_or_the_broadcast_global_one() -> None:
+    """``start: own`` sends nothing and the client trains its personal model; ``global`` sends the global model."""
+    model = _Identity()
+    server = Server(model, Reputations())
+    assert CGSV(CGSVParams(start="own"), cast(Any, None)).broadcast(1, server, 0) is None
+    sent = CGSV(CGSVParams(start="global"), cast(Any, None)).broadcast(1, server, 0)
+    assert sent is not None and torch.equal(sent.state["classifier.weight"], model.classifier.weight)
+
+
+@pytest.mark.parametrize("data", ["train", "all"])
+def test_a_rewarded_client_trains_on_its_pool_and_reports_the_loss(data: str) -> None:
+    from types import SimpleNamespace
+
+    trained_on: list[Any] = []
+
+    def local_train(client: Client, round_index: int, loss_fn: Any, data: Any = None) -> float:
+        trained_on.append(data)
+        return 0.5
+
+    split = SimpleNamespace(x=torch.zeros(2, 2), y=torch.zeros(2), with_test=(torch.ones(3, 2), torch.ones(3)))
+    client = cast(Client, SimpleNamespace(cid=0, model=_Identity(), data=split, state=RewardedClient()))
+    cgsv = CGSV(CGSVParams(data=data), cast(Any, SimpleNamespace(local_train=local_train)))
+    upload, metrics = cgsv.client_update(1, client, None)
+    assert metrics == {"train_loss": 0.5} and trained_on == [cgsv.pool(client)]
+    assert upload.num_samples == (2 if data == "train" else 3)
 
 
 # -- the recorded rewards on a tiny federation ----------------------------------------------------------

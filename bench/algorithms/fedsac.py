@@ -199,7 +199,7 @@ class FedSAC(Algorithm[FedSACClient, FedSACServer, Submodel, TrainedModel]):
         model = self.ctx.build_model("client", client.cid, name=self.ctx.architectures[client.cid])
         lr = self.params.contribution_lr_factor * self.ctx.config.training.optimizer.lr
         optimizer = self.ctx.make_optimizer(model.parameters(), lr)
-        alone = Client(client.cid, client.data, model, FedSACClient(), optimizer)  # mask None: every filter
+        alone = Client(client.cid, client.data, model, FedSACClient())  # mask None: every filter
         for epoch in range(1, self.params.contribution_epochs + 1):
             model.train()
             Loop(optimizer, list(model.parameters()), epoch, client.cid, self.ctx.config.training.grad_clip,

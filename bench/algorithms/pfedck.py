@@ -114,7 +114,9 @@ class PFedCK(Algorithm[PFedCKClient, Clusters, InteractiveModel, InteractiveUpda
         personal.train()
         interactive.train()
         if state.optimizer is None or not self.ctx.config.training.optimizer.persistent:
-            state.optimizer = self.ctx.make_optimizer(interactive.parameters(), self.ctx.lr_at(round_index))
+            state.optimizer = self.ctx.make_optimizer(interactive.parameters())
+        for group in state.optimizer.param_groups:  # this round's learning rate, as the personal model's
+            group["lr"] = self.ctx.lr_at(round_index)
         i_loop = Loop(state.optimizer, list(interactive.parameters()), round_index, client.cid,
                       self.ctx.config.training.grad_clip, guard=self.ctx.loss_guard)
         p_loop = self.ctx.client_loop(client, round_index)
