@@ -17,7 +17,8 @@ from bench.algorithms.fcclplus import non_target_kd, similarity_logits
 from bench.algorithms.fd import (FD, FDClient, FDParams, FDServer, LabelLogits, distillation_term, label_means,
                                 teacher_targets)
 from bench.engine.state import Client, Server
-from bench.algorithms.fedproto_fedal import feature_distance
+from bench.algorithms.fedproto_fedal import FedProtoFedAL, FedProtoFedALParams, FeatureReply, feature_distance
+from bench.algorithms.knowledge_transfer import PublicOutputs
 from bench.engine.ledger import payload_bytes
 from bench.errors import BenchError
 from bench.runner.federation import run_federation
@@ -232,6 +233,29 @@ def test_fedproto_fedal_feature_distance_is_the_mse() -> None:
     assert feature_distance(torch.tensor([[1.0, 3.0]]), torch.tensor([[0.0, 0.0]])).item() == 5.0
 
 
+@pytest.mark.parametrize("teacher, target", [("others", [2.5, 1.0]), ("all", [2.0, 1.0])])
+def test_fedproto_fedal_transfer_loss_is_lambda_times_the_mse_to_the_leave_one_out_mean_by_hand(
+        teacher: str, target: list[float]) -> None:
+    """λ · MSE(φ_n, φ̄_{−n}), φ̄_{−n} = (N·φ̄ − φ_n)/(N − 1): N = 3, φ̄ = [2, 1], φ_n = [1, 1] → φ̄_{−n} = [5, 2]/2 =
+    [2.5, 1], MSE = (1.5² + 0)/2 = 1.125; ``teacher: all``: φ̄ itself, MSE = (1² + 0)/2 = 0.5; λ = 0.5 (not 1, so
+    that λ·d and λ/d differ)."""
+    algorithm = FedProtoFedAL(FedProtoFedALParams(weight=0.5, teacher=cast(Any, teacher)), cast(Any, None))
+    features = torch.tensor([[1.0, 1.0]])
+    reply = FeatureReply(torch.tensor([[2.0, 1.0]]), 3)
+    loss = algorithm.transfer_loss(cast(Any, None), cast(Any, None), torch.zeros(1, 1),
+                                   PublicOutputs(features, torch.zeros(1, 2)), reply)
+    distance = ((features - torch.tensor([target])) ** 2).mean().item()
+    assert distance == {"others": 1.125, "all": 0.5}[teacher]
+    assert loss.item() == pytest.approx(0.5 * distance)
+
+
+@pytest.mark.parametrize("teacher, fewest", [("others", 2), ("all", 1)])
+def test_fedproto_fedal_needs_two_clients_a_round_for_a_leave_one_out_teacher_and_one_otherwise(
+        teacher: str, fewest: int) -> None:
+    params = FedProtoFedALParams(teacher=cast(Any, teacher))
+    assert FedProtoFedAL(params, cast(Any, None)).min_clients() == fewest
+
+
 def test_feddf_with_one_architecture_and_no_distillation_is_fedavg(data_dir: Path, tmp_path: Path) -> None:
     """FedDF is FedAvg plus server ensemble distillation: with 0 steps, the same global model, bit for bit."""
     common = {"model": {"name": "cnn", "candidates": []}, "training": {"local_steps": 3},
@@ -314,6 +338,10 @@ def test_fedproto_fedal_needs_one_feature_dimension() -> None:
     with pytest.raises(BenchError, match="one feature dimension"):
         run_federation(fedal_config(algorithm={"name": "fedproto_fedal"}, dataset={"name": "synthetic32"},
                                     model={"name": "wrn10_1", "candidates": ["wrn10_1", "wrn10_2", "wrn16_1"]}))
+    # model.kwargs are model.name's only (the CNN's 32-d features here); the MLP keeps its 64-d defaults
+    with pytest.raises(BenchError, match=r"one feature dimension; the clients' architectures have \{'(cnn': 32, "
+                                         r"'mlp': 64|mlp': 64, 'cnn': 32)\}"):
+        run_federation(fedal_config(algorithm={"name": "fedproto_fedal"}, model={"kwargs": {"feature_dim": 32}}))
 
 
 @pytest.mark.parametrize("algorithm", [
