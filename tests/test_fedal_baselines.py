@@ -319,6 +319,31 @@ def test_feddf_al_discriminator_tells_the_architecture_groups_apart(monkeypatch:
     assert seen == [((2, 16, 10), [0, 1])] * 2 * 3  # groups sorted: cnn 0, mlp 1; B = 16, K = 10
 
 
+@pytest.mark.parametrize("readings", [{}, {"lf_first_round": False, "snapshot_mode": "eval"}],
+                         ids=["default", "no-first-round-eval-mode"])
+def test_feddf_al_tells_its_local_objective_the_round_and_freezes_its_snapshots_in_snapshot_mode(
+        readings: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    """r_loc applies from round 1 or, with ``lf_first_round: false``, from round 2 (A5), so V_loc is told each
+    step's round; r_loc's θ_g (each client) and r_glo's θ̂_g (each group) are frozen in the BatchNorm mode
+    ``snapshot_mode`` (A5: train by default)."""
+    import bench.algorithms.feddf_al as feddf_al
+
+    rounds: list[int] = []
+    original = feddf_al.local_objective
+
+    def spy(model, snapshot, x, y, params, round_index):  # type: ignore[no-untyped-def]
+        rounds.append(round_index)
+        return original(model, snapshot, x, y, params, round_index)
+
+    monkeypatch.setattr(feddf_al, "local_objective", spy)
+    result = run_federation(fedal_config(algorithm={"name": "feddf_al", "distill_steps": 1, **readings},
+                                         training={"rounds": 2, "local_steps": 2}))
+    assert rounds == [1] * 4 * 2 + [2] * 4 * 2  # 4 clients, τ = 2 steps each round
+    train_mode = readings.get("snapshot_mode", "train") == "train"
+    snapshots = [c.state.snapshot for c in result.state.clients] + list(result.state.server.state.snapshots.values())
+    assert len(snapshots) == 4 + 2 and all(s.training == train_mode for s in snapshots)
+
+
 def test_the_fedal_report_says_feddf_al_is_a_design_of_ours() -> None:
     """Wherever FedDF-AL has rows, the report says its design is ours (the paper gives τ and E_adv only)."""
     from bench.suites import load_suite
