@@ -11,14 +11,15 @@ import pytest
 import torch
 from torch import nn
 
-from bench.algorithms.cfd import QuantizedSoftLabels, dequantize, quantize
+from bench.algorithms.cfd import CFD, QuantizedSoftLabels, ServerLogits, dequantize, quantize
 from bench.algorithms.fccl import cosine_lr, cross_correlation_loss, FreshAdam
 from bench.algorithms.fcclplus import non_target_kd, similarity_logits
 from bench.algorithms.fd import (FD, FDClient, FDParams, FDServer, LabelLogits, distillation_term, label_means,
                                 teacher_targets)
 from bench.engine.state import Client, Server
 from bench.algorithms.fedproto_fedal import FedProtoFedAL, FedProtoFedALParams, FeatureReply, feature_distance
-from bench.algorithms.knowledge_transfer import PublicOutputs
+from bench.algorithms.knowledge_transfer import LogitsUpload, PublicOutputs
+from bench.engine.distillation import soft_target_kl
 from bench.engine.ledger import payload_bytes
 from bench.errors import BenchError
 from bench.runner.federation import run_federation
@@ -35,6 +36,97 @@ def test_cfd_quantisation_by_hand() -> None:
     assert decoded[0].tolist() == pytest.approx([0, 1 / 3, 2 / 3]) and decoded[1].tolist() == pytest.approx([1 / 3] * 3)
     assert QuantizedSoftLabels(codes, 2).wire_bytes() == 2 and payload_bytes(QuantizedSoftLabels(codes, 2)) == 2
     assert dequantize(quantize(torch.tensor([[0.25, 0.75]]), 8), 8)[0, 1].item() == pytest.approx(191 / 255, abs=1e-6)
+
+
+def test_cfd_codes_past_8_bits_are_not_wrapped_and_decoding_renormalises_each_row() -> None:
+    """b = 9: 1.0 → code 511 (a byte would wrap it), 8-bit codes still fit a byte; b = 2: [½, ½, 0] → codes [2, 2,
+    0] → [⅔, ⅔, 0], renormalised to [½, ½, 0]; [0.15, 0.15, 0.7] → [0, 0, 2] → [0, 0, ⅔], renormalised to [0, 0, 1];
+    b = 1: [0.2, 0.8] → [0, 1] → [0, 1]; on the wire ⌈9 · 1 / 8⌉ = 2 bytes for nine 1-bit codes."""
+    assert quantize(torch.tensor([[0.0, 1.0]]), 9).tolist() == [[0, 511]]
+    assert quantize(torch.tensor([[0.0, 1.0]]), 8).dtype == torch.uint8
+    decoded = dequantize(quantize(torch.tensor([[0.5, 0.5, 0.0], [0.15, 0.15, 0.7]]), 2), 2)
+    assert decoded.tolist() == [pytest.approx([0.5, 0.5, 0.0]), pytest.approx([0.0, 0.0, 1.0])]
+    assert dequantize(quantize(torch.tensor([[0.2, 0.8]]), 1), 1).tolist() == [[0.0, 1.0]]
+    assert QuantizedSoftLabels(torch.zeros(3, 3, dtype=torch.uint8), 1).wire_bytes() == 2
+
+
+@pytest.fixture(scope="module")
+def cfd_run() -> Any:
+    """A one-round CFD federation of 4 clients (CNN/MLP, K = 10), whose algorithm and server the tests reuse."""
+    return run_federation(fedal_config(algorithm={"name": "cfd"}, training={"rounds": 1}))
+
+
+def _cfd(run: Any, **update: Any) -> tuple[CFD, Any]:
+    """The run's CFD with ``update`` to its params, and a copy of its server (model and Adam state)."""
+    import copy
+
+    algorithm = run.state.algorithm
+    algorithm.params = algorithm.params.model_copy(update=update)
+    return algorithm, copy.deepcopy(run.state.server)
+
+
+@pytest.mark.parametrize("reply_mode", ["eval", "train"])
+def test_cfd_server_distils_the_mean_of_the_clients_logits_and_replies_with_its_updated_logits(
+        cfd_run: Any, reply_mode: str) -> None:
+    """Steps 2-3 at E = 2: the server's loss is 𝒦(ψ(f̄, E) ‖ ψ(f_S(x), E)), f̄ the mean over the 3 clients of
+    their logits, taken before its one Adam step (train mode); its reply is f_S(x) after the step, computed in
+    ``reply_mode`` (eval: the running BatchNorm statistics, unchanged by the reply), the same for every client."""
+    algorithm, server = _cfd(cfd_run, temperature=2.0, reply_mode=reply_mode, quantization_bits=None)
+    import copy
+
+    x = algorithm.ctx.public_x[:4]
+    f = torch.randn(3, 4, 10, generator=torch.Generator().manual_seed(0))
+    before = copy.deepcopy(server.state.model).train()
+    expected = soft_target_kl(before(x)[1], torch.softmax(f.mean(0) / 2.0, dim=1), 2.0)
+    replies, metrics = algorithm.serve(2, server, [0, 1, 2], x, [LogitsUpload(z) for z in f])
+    assert metrics["server_loss"] == pytest.approx(expected.item(), rel=1e-5)
+    model = server.state.model
+    assert model.training == (reply_mode == "train") and len(replies) == 3
+    after = copy.deepcopy(model)
+    with torch.no_grad():
+        assert all(torch.allclose(r.logits, after(x)[1], atol=1e-6) for r in replies)
+        assert not torch.allclose(replies[0].logits, before.eval()(x)[1], atol=1e-4)  # the step moved f_S
+
+
+def test_cfd_quantised_soft_labels_go_up_and_down_and_the_client_distils_their_decoding(cfd_run: Any) -> None:
+    """``quantization_bits: 4`` at E = 2: a client uploads the 4-bit codes of ψ(f_n, E); the server distils the mean
+    of the decoded uploads and replies with the codes of ψ(f_S(x), E); a client's loss is 𝒦(decoded reply ‖
+    ψ(f_n, E)). Full precision: the client distils ψ(f_S(x), E) itself."""
+    algorithm, server = _cfd(cfd_run, temperature=2.0, reply_mode="eval", quantization_bits=4)
+    import copy
+
+    x = algorithm.ctx.public_x[:4]
+    f = torch.randn(3, 4, 10, generator=torch.Generator().manual_seed(1))
+    uploads = [algorithm.upload(cast(Any, None), PublicOutputs(torch.zeros(4, 1), z)) for z in f]
+    for upload, z in zip(uploads, f):
+        assert isinstance(upload, QuantizedSoftLabels) and upload.bits == 4
+        assert torch.equal(upload.codes, quantize(torch.softmax(z / 2.0, dim=1), 4))
+    before = copy.deepcopy(server.state.model).train()
+    target = torch.stack([dequantize(u.codes, 4) for u in uploads]).mean(0)
+    replies, metrics = algorithm.serve(2, server, [0, 1, 2], x, uploads)
+    assert metrics["server_loss"] == pytest.approx(soft_target_kl(before(x)[1], target, 2.0).item(), rel=1e-5)
+    with torch.no_grad():
+        server_logits = server.state.model(x)[1]
+    reply = replies[0]
+    assert isinstance(reply, QuantizedSoftLabels) and reply.bits == 4
+    assert torch.equal(reply.codes, quantize(torch.softmax(server_logits / 2.0, dim=1), 4))
+    student = f[0]
+    loss = algorithm.transfer_loss(cast(Any, None), cast(Any, None), x, PublicOutputs(torch.zeros(4, 1), student),
+                                   reply)
+    assert loss.item() == pytest.approx(soft_target_kl(student, dequantize(reply.codes, 4), 2.0).item(), rel=1e-6)
+    algorithm.params = algorithm.params.model_copy(update={"quantization_bits": None})
+    loss = algorithm.transfer_loss(cast(Any, None), cast(Any, None), x, PublicOutputs(torch.zeros(4, 1), student),
+                                   ServerLogits(server_logits))
+    expected = soft_target_kl(student, torch.softmax(server_logits / 2.0, dim=1), 2.0)
+    assert loss.item() == pytest.approx(expected.item(), rel=1e-6)
+
+
+def test_cfd_server_model_and_learning_rate_are_the_configured_ones() -> None:
+    """``server_model: mlp`` (clients CNN/MLP, model.name cnn) gives an MLP server; ``server_lr`` its Adam's lr."""
+    result = run_federation(fedal_config(algorithm={"name": "cfd", "server_model": "mlp", "server_lr": 0.01},
+                                         training={"rounds": 1}))
+    server = result.state.server.state
+    assert type(server.model).__name__ == "MLP" and server.optimizer.param_groups[0]["lr"] == 0.01
 
 
 def test_fccl_cross_correlation_by_hand() -> None:
