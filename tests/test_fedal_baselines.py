@@ -12,8 +12,8 @@ import torch
 from torch import nn
 
 from bench.algorithms.cfd import CFD, QuantizedSoftLabels, ServerLogits, dequantize, quantize
-from bench.algorithms.fccl import cosine_lr, cross_correlation_loss, FreshAdam
-from bench.algorithms.fcclplus import non_target_kd, similarity_logits
+from bench.algorithms.fccl import FCCL, FCCLClient, FCCLParams, cosine_lr, cross_correlation_loss, FreshAdam
+from bench.algorithms.fcclplus import FCCLPlus, FCCLPlusParams, non_target_kd, similarity_logits
 from bench.algorithms.fd import (FD, FDClient, FDParams, FDServer, LabelLogits, distillation_term, label_means,
                                 teacher_targets)
 from bench.engine.state import Client, Server
@@ -164,6 +164,88 @@ def test_fccl_public_step_is_a_fresh_adam_and_pretraining_anneals() -> None:
         optimizer.step()
         assert (w.detach() - before).tolist() == pytest.approx([-0.1 * math.copysign(1, g) for g in grad], abs=1e-6)
     assert [cosine_lr(e, 4, 1e-3, 1e-6) for e in (0, 2)] == pytest.approx([1e-3, (1e-3 + 1e-6) / 2])
+
+
+class Fixed(nn.Module):
+    """A frozen teacher returning (x, the same logits for every sample)."""
+
+    def __init__(self, logits: list[float]) -> None:
+        super().__init__()
+        self.logits = torch.tensor(logits)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return x, self.logits.expand(len(x), -1)
+
+
+def _kl_by_hand(target: torch.Tensor, student_logits: torch.Tensor) -> float:
+    """(1/B) Σ_i Σ_c t_ic (log t_ic − log softmax(s_i)_c)."""
+    return float((target * (target.log() - torch.log_softmax(student_logits, dim=1))).sum(1).mean())
+
+
+def test_fccl_local_loss_is_ce_plus_the_inter_and_intra_distillations_by_hand() -> None:
+    """CE + 𝒦(ψ(f^inter) ‖ ψ(f_n)) + 𝒦(ψ(f^intra) ‖ ψ(f_n)), unit weights, T = 1: the student's logits x·diag(1, 2)
+    on x = [1, 1], [2, 0]; θ^inter says [0, ln 3] (ψ = [¼, ¾]), θ^intra [ln 3, 0] (ψ = [¾, ¼])."""
+    algorithm = FCCL(FCCLParams(), cast(Any, None))
+    client = Client(0, cast(Any, None), Scaled(), FCCLClient(intra=Fixed([math.log(3), 0.0]),
+                                                             inter=Fixed([0.0, math.log(3)])))
+    x, y = torch.tensor([[1.0, 1.0], [2.0, 0.0]]), torch.tensor([1, 0])
+    logits = torch.tensor([[1.0, 2.0], [2.0, 0.0]])
+    expected = (float(nn.functional.cross_entropy(logits, y)) + _kl_by_hand(torch.tensor([[0.25, 0.75]] * 2), logits)
+                + _kl_by_hand(torch.tensor([[0.75, 0.25]] * 2), logits))
+    assert algorithm.local_loss(cast(Any, None), client, x, y).item() == pytest.approx(expected, rel=1e-6)
+
+
+def test_fccl_plus_local_loss_is_ce_plus_the_non_target_distillation_at_its_temperature() -> None:
+    """CE + T²·𝒦(q^inter ‖ q_n) over the non-target entries, T = ``local_dis_power`` (2 here, not its default 3)."""
+    algorithm = FCCLPlus(FCCLPlusParams(local_dis_power=2.0), cast(Any, None))
+    client = Client(0, cast(Any, None), Scaled(), FCCLClient(inter=Fixed([0.0, math.log(3)])))
+    x, y = torch.tensor([[1.0, 1.0], [2.0, 0.0]]), torch.tensor([1, 0])
+    logits = torch.tensor([[1.0, 2.0], [2.0, 0.0]])
+    teacher = torch.tensor([[0.0, math.log(3)]] * 2)
+    expected = nn.functional.cross_entropy(logits, y) + non_target_kd(logits, teacher, y, 2.0)
+    assert algorithm.local_loss(cast(Any, None), client, x, y).item() == pytest.approx(expected.item(), rel=1e-6)
+
+
+def test_fccl_plus_transfer_loss_is_the_cross_correlation_plus_dis_power_times_the_similarity_kl() -> None:
+    """L_col(Z_n, Z̄) + dis_power · 𝒦(ψ(S̄) ‖ ψ(S_n)) at T = 1, S the instance-similarity logits (temp 0.5), with
+    dis_power = 0.5 (not 1, so that a product and a quotient differ)."""
+    algorithm = FCCLPlus(FCCLPlusParams(dis_power=0.5, temp=0.5), cast(Any, None))
+    features = torch.tensor([[1.0, 0.0], [0.0, 2.0], [3.0, 3.0]])
+    logits = torch.tensor([[1.0, 2.0], [2.0, 0.0], [0.0, 1.0]])
+    mean_logits, mean_similarity = torch.tensor([[0.0, 1.0], [1.0, 1.0], [3.0, 0.0]]), torch.tensor(
+        [[1.0, 0.0], [0.0, 2.0], [1.0, 1.0]])
+    from bench.algorithms.fcclplus import LogitsAndSimilarity
+
+    loss = algorithm.transfer_loss(cast(Any, None), cast(Any, None), torch.zeros(3, 1),
+                                   PublicOutputs(features, logits), LogitsAndSimilarity(mean_logits, mean_similarity))
+    own = similarity_logits(features, 0.5)
+    expected = (cross_correlation_loss(logits, mean_logits, 0.0051).item()
+                + 0.5 * _kl_by_hand(torch.softmax(mean_similarity, dim=1), own))
+    assert _kl_by_hand(torch.softmax(mean_similarity, dim=1), own) > 0.1
+    assert loss.item() == pytest.approx(expected, rel=1e-6)
+
+
+@pytest.mark.parametrize("method", ["fccl", "fcclplus"])
+@pytest.mark.parametrize("teacher_mode", ["train", "eval"])
+def test_fccl_teachers_are_frozen_in_teacher_mode(method: str, teacher_mode: str,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """θ^intra (FCCL) and θ^inter, taken at the client's first round and refreshed after each local update, run in
+    the BatchNorm mode ``teacher_mode`` (train: the official code's, by default) at every local step."""
+    cls = {"fccl": FCCL, "fcclplus": FCCLPlus}[method]
+    modes: list[bool] = []
+    original = cls.local_loss
+
+    def spy(self, step, client, x, y):  # type: ignore[no-untyped-def]
+        modes.extend(t.training for t in (client.state.intra, client.state.inter) if t is not None)
+        return original(self, step, client, x, y)
+
+    monkeypatch.setattr(cls, "local_loss", spy)
+    extra = {"pretrain_epochs": 1} if method == "fccl" else {}
+    result = run_federation(fedal_config(algorithm={"name": method, "teacher_mode": teacher_mode, **extra},
+                                         training={"rounds": 2, "local_steps": 1}))
+    modes.extend(t.training for c in result.state.clients for t in (c.state.intra, c.state.inter) if t is not None)
+    per_client = 2 if method == "fccl" else 1
+    assert modes == [teacher_mode == "train"] * 4 * per_client * 3  # 2 rounds' local steps and the run's end
 
 
 @pytest.mark.parametrize("public_pass, batches", [("tau", 1), ("epoch", 4)])
