@@ -493,6 +493,41 @@ def test_feddf_al_discriminator_tells_the_architecture_groups_apart(monkeypatch:
     assert seen == [((2, 16, 10), [0, 1])] * 2 * 3  # groups sorted: cnn 0, mlp 1; B = 16, K = 10
 
 
+def test_feddf_al_student_step_is_kd_plus_weighted_r_glo_plus_the_weighted_adversarial_surrogate(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each group student θ̂_g's distillation step minimises T²·𝒦(ψ(teacher) ‖ ψ(f_g)) + w_LF·r_glo + w_adv·Σ f_g ⊙
+    ∂U_g/∂f_g, r_glo against θ̂_g frozen at the distillation's start and ∂U_g/∂f_g the discriminator's (a fixed
+    stand-in here); weights 0.5 and 0.25 (not 1, so that a product and a quotient differ), T = 2."""
+    import bench.algorithms.feddf_al as feddf_al
+    from bench.algorithms.fedal import lf_loss
+    from bench.engine.distillation import kd_loss
+    from bench.engine.loop import Step
+
+    result = run_federation(fedal_config(algorithm={"name": "feddf_al", "distill_steps": 1},
+                                         training={"rounds": 1, "local_steps": 1}))
+    algorithm, server = result.state.algorithm, result.state.server
+    algorithm.params = algorithm.params.model_copy(update={"lf_global_weight": 0.5, "adv_weight": 0.25,
+                                                           "temperature": 2.0})
+    groups, x = sorted(server.state.models), algorithm.ctx.public_x[:4]
+    gradient = torch.randn(2, 4, 10, generator=torch.Generator().manual_seed(0))
+    monkeypatch.setattr(feddf_al, "discriminator_round", lambda *args: (gradient, None, None))
+    teacher = torch.randn(4, 10, generator=torch.Generator().manual_seed(1))
+
+    class Recorder:
+        def run(self, batches: list[torch.Tensor], fn: Any) -> None:
+            self.loss = fn(Step(1, 0), batches[0]).item()
+
+    loops = [Recorder(), Recorder()]
+    algorithm.distill_step(1, server, groups, cast(Any, loops), x, teacher)
+    for g, loop, grad in zip(groups, loops, gradient):
+        with torch.no_grad():
+            z, frozen = server.state.models[g].train()(x)[1], server.state.snapshots[g](x)[1]
+        r_glo = lf_loss(z, frozen, 1.0).item()
+        assert r_glo > 1e-4  # the students moved since their snapshots: r_glo is not 0
+        expected = kd_loss(z, teacher, 2.0).item() + 0.5 * r_glo + 0.25 * float((z * grad).sum())
+        assert loop.loss == pytest.approx(expected, rel=1e-5)
+
+
 @pytest.mark.parametrize("readings", [{}, {"lf_first_round": False, "snapshot_mode": "eval"}],
                          ids=["default", "no-first-round-eval-mode"])
 def test_feddf_al_tells_its_local_objective_the_round_and_freezes_its_snapshots_in_snapshot_mode(
