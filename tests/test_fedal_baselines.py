@@ -152,6 +152,10 @@ def test_fccl_plus_non_target_distillation_by_hand() -> None:
     expected = 0.5 * math.log(1.5) + 0.25 * math.log(0.75)
     assert non_target_kd(student, teacher, labels, 1.0).item() == pytest.approx(expected, rel=1e-6)
     assert non_target_kd(2 * student, 2 * teacher, labels, 2.0).item() == pytest.approx(4 * expected, rel=1e-6)
+    # the student's logits are divided by T too: ψ([0, 2 ln 2, 0]/2) keeps [½, ¼], the teacher ψ(0) keeps [⅓, ⅓]
+    student = torch.tensor([[0.0, 2 * math.log(2), 0.0]])
+    expected = 4 * (math.log((1 / 3) / 0.5) + math.log((1 / 3) / 0.25)) / 3
+    assert non_target_kd(student, torch.zeros(1, 3), labels, 2.0).item() == pytest.approx(expected, rel=1e-6)
 
 
 def test_fccl_public_step_is_a_fresh_adam_and_pretraining_anneals() -> None:
