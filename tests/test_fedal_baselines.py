@@ -11,13 +11,15 @@ import pytest
 import torch
 from torch import nn
 
-from bench.algorithms.cfd import QuantizedSoftLabels, dequantize, quantize
-from bench.algorithms.fccl import cosine_lr, cross_correlation_loss, FreshAdam
-from bench.algorithms.fcclplus import non_target_kd, similarity_logits
+from bench.algorithms.cfd import CFD, QuantizedSoftLabels, ServerLogits, dequantize, quantize
+from bench.algorithms.fccl import FCCL, FCCLClient, FCCLParams, cosine_lr, cross_correlation_loss, FreshAdam
+from bench.algorithms.fcclplus import FCCLPlus, FCCLPlusParams, non_target_kd, similarity_logits
 from bench.algorithms.fd import (FD, FDClient, FDParams, FDServer, LabelLogits, distillation_term, label_means,
                                 teacher_targets)
 from bench.engine.state import Client, Server
-from bench.algorithms.fedproto_fedal import feature_distance
+from bench.algorithms.fedproto_fedal import FedProtoFedAL, FedProtoFedALParams, FeatureReply, feature_distance
+from bench.algorithms.knowledge_transfer import LogitsUpload, PublicOutputs
+from bench.engine.distillation import soft_target_kl
 from bench.engine.ledger import payload_bytes
 from bench.errors import BenchError
 from bench.runner.federation import run_federation
@@ -34,6 +36,97 @@ def test_cfd_quantisation_by_hand() -> None:
     assert decoded[0].tolist() == pytest.approx([0, 1 / 3, 2 / 3]) and decoded[1].tolist() == pytest.approx([1 / 3] * 3)
     assert QuantizedSoftLabels(codes, 2).wire_bytes() == 2 and payload_bytes(QuantizedSoftLabels(codes, 2)) == 2
     assert dequantize(quantize(torch.tensor([[0.25, 0.75]]), 8), 8)[0, 1].item() == pytest.approx(191 / 255, abs=1e-6)
+
+
+def test_cfd_codes_past_8_bits_are_not_wrapped_and_decoding_renormalises_each_row() -> None:
+    """b = 9: 1.0 → code 511 (a byte would wrap it), 8-bit codes still fit a byte; b = 2: [½, ½, 0] → codes [2, 2,
+    0] → [⅔, ⅔, 0], renormalised to [½, ½, 0]; [0.15, 0.15, 0.7] → [0, 0, 2] → [0, 0, ⅔], renormalised to [0, 0, 1];
+    b = 1: [0.2, 0.8] → [0, 1] → [0, 1]; on the wire ⌈9 · 1 / 8⌉ = 2 bytes for nine 1-bit codes."""
+    assert quantize(torch.tensor([[0.0, 1.0]]), 9).tolist() == [[0, 511]]
+    assert quantize(torch.tensor([[0.0, 1.0]]), 8).dtype == torch.uint8
+    decoded = dequantize(quantize(torch.tensor([[0.5, 0.5, 0.0], [0.15, 0.15, 0.7]]), 2), 2)
+    assert decoded.tolist() == [pytest.approx([0.5, 0.5, 0.0]), pytest.approx([0.0, 0.0, 1.0])]
+    assert dequantize(quantize(torch.tensor([[0.2, 0.8]]), 1), 1).tolist() == [[0.0, 1.0]]
+    assert QuantizedSoftLabels(torch.zeros(3, 3, dtype=torch.uint8), 1).wire_bytes() == 2
+
+
+@pytest.fixture(scope="module")
+def cfd_run() -> Any:
+    """A one-round CFD federation of 4 clients (CNN/MLP, K = 10), whose algorithm and server the tests reuse."""
+    return run_federation(fedal_config(algorithm={"name": "cfd"}, training={"rounds": 1}))
+
+
+def _cfd(run: Any, **update: Any) -> tuple[CFD, Any]:
+    """The run's CFD with ``update`` to its params, and a copy of its server (model and Adam state)."""
+    import copy
+
+    algorithm = run.state.algorithm
+    algorithm.params = algorithm.params.model_copy(update=update)
+    return algorithm, copy.deepcopy(run.state.server)
+
+
+@pytest.mark.parametrize("reply_mode", ["eval", "train"])
+def test_cfd_server_distils_the_mean_of_the_clients_logits_and_replies_with_its_updated_logits(
+        cfd_run: Any, reply_mode: str) -> None:
+    """Steps 2-3 at E = 2: the server's loss is 𝒦(ψ(f̄, E) ‖ ψ(f_S(x), E)), f̄ the mean over the 3 clients of
+    their logits, taken before its one Adam step (train mode); its reply is f_S(x) after the step, computed in
+    ``reply_mode`` (eval: the running BatchNorm statistics, unchanged by the reply), the same for every client."""
+    algorithm, server = _cfd(cfd_run, temperature=2.0, reply_mode=reply_mode, quantization_bits=None)
+    import copy
+
+    x = algorithm.ctx.public_x[:4]
+    f = torch.randn(3, 4, 10, generator=torch.Generator().manual_seed(0))
+    before = copy.deepcopy(server.state.model).train()
+    expected = soft_target_kl(before(x)[1], torch.softmax(f.mean(0) / 2.0, dim=1), 2.0)
+    replies, metrics = algorithm.serve(2, server, [0, 1, 2], x, [LogitsUpload(z) for z in f])
+    assert metrics["server_loss"] == pytest.approx(expected.item(), rel=1e-5)
+    model = server.state.model
+    assert model.training == (reply_mode == "train") and len(replies) == 3
+    after = copy.deepcopy(model)
+    with torch.no_grad():
+        assert all(torch.allclose(r.logits, after(x)[1], atol=1e-6) for r in replies)
+        assert not torch.allclose(replies[0].logits, before.eval()(x)[1], atol=1e-4)  # the step moved f_S
+
+
+def test_cfd_quantised_soft_labels_go_up_and_down_and_the_client_distils_their_decoding(cfd_run: Any) -> None:
+    """``quantization_bits: 4`` at E = 2: a client uploads the 4-bit codes of ψ(f_n, E); the server distils the mean
+    of the decoded uploads and replies with the codes of ψ(f_S(x), E); a client's loss is 𝒦(decoded reply ‖
+    ψ(f_n, E)). Full precision: the client distils ψ(f_S(x), E) itself."""
+    algorithm, server = _cfd(cfd_run, temperature=2.0, reply_mode="eval", quantization_bits=4)
+    import copy
+
+    x = algorithm.ctx.public_x[:4]
+    f = torch.randn(3, 4, 10, generator=torch.Generator().manual_seed(1))
+    uploads = [algorithm.upload(cast(Any, None), PublicOutputs(torch.zeros(4, 1), z)) for z in f]
+    for upload, z in zip(uploads, f):
+        assert isinstance(upload, QuantizedSoftLabels) and upload.bits == 4
+        assert torch.equal(upload.codes, quantize(torch.softmax(z / 2.0, dim=1), 4))
+    before = copy.deepcopy(server.state.model).train()
+    target = torch.stack([dequantize(u.codes, 4) for u in uploads]).mean(0)
+    replies, metrics = algorithm.serve(2, server, [0, 1, 2], x, uploads)
+    assert metrics["server_loss"] == pytest.approx(soft_target_kl(before(x)[1], target, 2.0).item(), rel=1e-5)
+    with torch.no_grad():
+        server_logits = server.state.model(x)[1]
+    reply = replies[0]
+    assert isinstance(reply, QuantizedSoftLabels) and reply.bits == 4
+    assert torch.equal(reply.codes, quantize(torch.softmax(server_logits / 2.0, dim=1), 4))
+    student = f[0]
+    loss = algorithm.transfer_loss(cast(Any, None), cast(Any, None), x, PublicOutputs(torch.zeros(4, 1), student),
+                                   reply)
+    assert loss.item() == pytest.approx(soft_target_kl(student, dequantize(reply.codes, 4), 2.0).item(), rel=1e-6)
+    algorithm.params = algorithm.params.model_copy(update={"quantization_bits": None})
+    loss = algorithm.transfer_loss(cast(Any, None), cast(Any, None), x, PublicOutputs(torch.zeros(4, 1), student),
+                                   ServerLogits(server_logits))
+    expected = soft_target_kl(student, torch.softmax(server_logits / 2.0, dim=1), 2.0)
+    assert loss.item() == pytest.approx(expected.item(), rel=1e-6)
+
+
+def test_cfd_server_model_and_learning_rate_are_the_configured_ones() -> None:
+    """``server_model: mlp`` (clients CNN/MLP, model.name cnn) gives an MLP server; ``server_lr`` its Adam's lr."""
+    result = run_federation(fedal_config(algorithm={"name": "cfd", "server_model": "mlp", "server_lr": 0.01},
+                                         training={"rounds": 1}))
+    server = result.state.server.state
+    assert type(server.model).__name__ == "MLP" and server.optimizer.param_groups[0]["lr"] == 0.01
 
 
 def test_fccl_cross_correlation_by_hand() -> None:
@@ -59,6 +152,10 @@ def test_fccl_plus_non_target_distillation_by_hand() -> None:
     expected = 0.5 * math.log(1.5) + 0.25 * math.log(0.75)
     assert non_target_kd(student, teacher, labels, 1.0).item() == pytest.approx(expected, rel=1e-6)
     assert non_target_kd(2 * student, 2 * teacher, labels, 2.0).item() == pytest.approx(4 * expected, rel=1e-6)
+    # the student's logits are divided by T too: ψ([0, 2 ln 2, 0]/2) keeps [½, ¼], the teacher ψ(0) keeps [⅓, ⅓]
+    student = torch.tensor([[0.0, 2 * math.log(2), 0.0]])
+    expected = 4 * (math.log((1 / 3) / 0.5) + math.log((1 / 3) / 0.25)) / 3
+    assert non_target_kd(student, torch.zeros(1, 3), labels, 2.0).item() == pytest.approx(expected, rel=1e-6)
 
 
 def test_fccl_public_step_is_a_fresh_adam_and_pretraining_anneals() -> None:
@@ -71,6 +168,88 @@ def test_fccl_public_step_is_a_fresh_adam_and_pretraining_anneals() -> None:
         optimizer.step()
         assert (w.detach() - before).tolist() == pytest.approx([-0.1 * math.copysign(1, g) for g in grad], abs=1e-6)
     assert [cosine_lr(e, 4, 1e-3, 1e-6) for e in (0, 2)] == pytest.approx([1e-3, (1e-3 + 1e-6) / 2])
+
+
+class Fixed(nn.Module):
+    """A frozen teacher returning (x, the same logits for every sample)."""
+
+    def __init__(self, logits: list[float]) -> None:
+        super().__init__()
+        self.logits = torch.tensor(logits)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return x, self.logits.expand(len(x), -1)
+
+
+def _kl_by_hand(target: torch.Tensor, student_logits: torch.Tensor) -> float:
+    """(1/B) Σ_i Σ_c t_ic (log t_ic − log softmax(s_i)_c)."""
+    return float((target * (target.log() - torch.log_softmax(student_logits, dim=1))).sum(1).mean())
+
+
+def test_fccl_local_loss_is_ce_plus_the_inter_and_intra_distillations_by_hand() -> None:
+    """CE + 𝒦(ψ(f^inter) ‖ ψ(f_n)) + 𝒦(ψ(f^intra) ‖ ψ(f_n)), unit weights, T = 1: the student's logits x·diag(1, 2)
+    on x = [1, 1], [2, 0]; θ^inter says [0, ln 3] (ψ = [¼, ¾]), θ^intra [ln 3, 0] (ψ = [¾, ¼])."""
+    algorithm = FCCL(FCCLParams(), cast(Any, None))
+    client = Client(0, cast(Any, None), Scaled(), FCCLClient(intra=Fixed([math.log(3), 0.0]),
+                                                             inter=Fixed([0.0, math.log(3)])))
+    x, y = torch.tensor([[1.0, 1.0], [2.0, 0.0]]), torch.tensor([1, 0])
+    logits = torch.tensor([[1.0, 2.0], [2.0, 0.0]])
+    expected = (float(nn.functional.cross_entropy(logits, y)) + _kl_by_hand(torch.tensor([[0.25, 0.75]] * 2), logits)
+                + _kl_by_hand(torch.tensor([[0.75, 0.25]] * 2), logits))
+    assert algorithm.local_loss(cast(Any, None), client, x, y).item() == pytest.approx(expected, rel=1e-6)
+
+
+def test_fccl_plus_local_loss_is_ce_plus_the_non_target_distillation_at_its_temperature() -> None:
+    """CE + T²·𝒦(q^inter ‖ q_n) over the non-target entries, T = ``local_dis_power`` (2 here, not its default 3)."""
+    algorithm = FCCLPlus(FCCLPlusParams(local_dis_power=2.0), cast(Any, None))
+    client = Client(0, cast(Any, None), Scaled(), FCCLClient(inter=Fixed([0.0, math.log(3)])))
+    x, y = torch.tensor([[1.0, 1.0], [2.0, 0.0]]), torch.tensor([1, 0])
+    logits = torch.tensor([[1.0, 2.0], [2.0, 0.0]])
+    teacher = torch.tensor([[0.0, math.log(3)]] * 2)
+    expected = nn.functional.cross_entropy(logits, y) + non_target_kd(logits, teacher, y, 2.0)
+    assert algorithm.local_loss(cast(Any, None), client, x, y).item() == pytest.approx(expected.item(), rel=1e-6)
+
+
+def test_fccl_plus_transfer_loss_is_the_cross_correlation_plus_dis_power_times_the_similarity_kl() -> None:
+    """L_col(Z_n, Z̄) + dis_power · 𝒦(ψ(S̄) ‖ ψ(S_n)) at T = 1, S the instance-similarity logits (temp 0.5), with
+    dis_power = 0.5 (not 1, so that a product and a quotient differ)."""
+    algorithm = FCCLPlus(FCCLPlusParams(dis_power=0.5, temp=0.5), cast(Any, None))
+    features = torch.tensor([[1.0, 0.0], [0.0, 2.0], [3.0, 3.0]])
+    logits = torch.tensor([[1.0, 2.0], [2.0, 0.0], [0.0, 1.0]])
+    mean_logits, mean_similarity = torch.tensor([[0.0, 1.0], [1.0, 1.0], [3.0, 0.0]]), torch.tensor(
+        [[1.0, 0.0], [0.0, 2.0], [1.0, 1.0]])
+    from bench.algorithms.fcclplus import LogitsAndSimilarity
+
+    loss = algorithm.transfer_loss(cast(Any, None), cast(Any, None), torch.zeros(3, 1),
+                                   PublicOutputs(features, logits), LogitsAndSimilarity(mean_logits, mean_similarity))
+    own = similarity_logits(features, 0.5)
+    expected = (cross_correlation_loss(logits, mean_logits, 0.0051).item()
+                + 0.5 * _kl_by_hand(torch.softmax(mean_similarity, dim=1), own))
+    assert _kl_by_hand(torch.softmax(mean_similarity, dim=1), own) > 0.1
+    assert loss.item() == pytest.approx(expected, rel=1e-6)
+
+
+@pytest.mark.parametrize("method", ["fccl", "fcclplus"])
+@pytest.mark.parametrize("teacher_mode", ["train", "eval"])
+def test_fccl_teachers_are_frozen_in_teacher_mode(method: str, teacher_mode: str,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """θ^intra (FCCL) and θ^inter, taken at the client's first round and refreshed after each local update, run in
+    the BatchNorm mode ``teacher_mode`` (train: the official code's, by default) at every local step."""
+    cls = {"fccl": FCCL, "fcclplus": FCCLPlus}[method]
+    modes: list[bool] = []
+    original = cls.local_loss
+
+    def spy(self, step, client, x, y):  # type: ignore[no-untyped-def]
+        modes.extend(t.training for t in (client.state.intra, client.state.inter) if t is not None)
+        return original(self, step, client, x, y)
+
+    monkeypatch.setattr(cls, "local_loss", spy)
+    extra = {"pretrain_epochs": 1} if method == "fccl" else {}
+    result = run_federation(fedal_config(algorithm={"name": method, "teacher_mode": teacher_mode, **extra},
+                                         training={"rounds": 2, "local_steps": 1}))
+    modes.extend(t.training for c in result.state.clients for t in (c.state.intra, c.state.inter) if t is not None)
+    per_client = 2 if method == "fccl" else 1
+    assert modes == [teacher_mode == "train"] * 4 * per_client * 3  # 2 rounds' local steps and the run's end
 
 
 @pytest.mark.parametrize("public_pass, batches", [("tau", 1), ("epoch", 4)])
@@ -232,6 +411,29 @@ def test_fedproto_fedal_feature_distance_is_the_mse() -> None:
     assert feature_distance(torch.tensor([[1.0, 3.0]]), torch.tensor([[0.0, 0.0]])).item() == 5.0
 
 
+@pytest.mark.parametrize("teacher, target", [("others", [2.5, 1.0]), ("all", [2.0, 1.0])])
+def test_fedproto_fedal_transfer_loss_is_lambda_times_the_mse_to_the_leave_one_out_mean_by_hand(
+        teacher: str, target: list[float]) -> None:
+    """λ · MSE(φ_n, φ̄_{−n}), φ̄_{−n} = (N·φ̄ − φ_n)/(N − 1): N = 3, φ̄ = [2, 1], φ_n = [1, 1] → φ̄_{−n} = [5, 2]/2 =
+    [2.5, 1], MSE = (1.5² + 0)/2 = 1.125; ``teacher: all``: φ̄ itself, MSE = (1² + 0)/2 = 0.5; λ = 0.5 (not 1, so
+    that λ·d and λ/d differ)."""
+    algorithm = FedProtoFedAL(FedProtoFedALParams(weight=0.5, teacher=cast(Any, teacher)), cast(Any, None))
+    features = torch.tensor([[1.0, 1.0]])
+    reply = FeatureReply(torch.tensor([[2.0, 1.0]]), 3)
+    loss = algorithm.transfer_loss(cast(Any, None), cast(Any, None), torch.zeros(1, 1),
+                                   PublicOutputs(features, torch.zeros(1, 2)), reply)
+    distance = ((features - torch.tensor([target])) ** 2).mean().item()
+    assert distance == {"others": 1.125, "all": 0.5}[teacher]
+    assert loss.item() == pytest.approx(0.5 * distance)
+
+
+@pytest.mark.parametrize("teacher, fewest", [("others", 2), ("all", 1)])
+def test_fedproto_fedal_needs_two_clients_a_round_for_a_leave_one_out_teacher_and_one_otherwise(
+        teacher: str, fewest: int) -> None:
+    params = FedProtoFedALParams(teacher=cast(Any, teacher))
+    assert FedProtoFedAL(params, cast(Any, None)).min_clients() == fewest
+
+
 def test_feddf_with_one_architecture_and_no_distillation_is_fedavg(data_dir: Path, tmp_path: Path) -> None:
     """FedDF is FedAvg plus server ensemble distillation: with 0 steps, the same global model, bit for bit."""
     common = {"model": {"name": "cnn", "candidates": []}, "training": {"local_steps": 3},
@@ -313,6 +515,66 @@ def test_feddf_al_discriminator_tells_the_architecture_groups_apart(monkeypatch:
     assert seen == [((2, 16, 10), [0, 1])] * 2 * 3  # groups sorted: cnn 0, mlp 1; B = 16, K = 10
 
 
+def test_feddf_al_student_step_is_kd_plus_weighted_r_glo_plus_the_weighted_adversarial_surrogate(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each group student θ̂_g's distillation step minimises T²·𝒦(ψ(teacher) ‖ ψ(f_g)) + w_LF·r_glo + w_adv·Σ f_g ⊙
+    ∂U_g/∂f_g, r_glo against θ̂_g frozen at the distillation's start and ∂U_g/∂f_g the discriminator's (a fixed
+    stand-in here); weights 0.5 and 0.25 (not 1, so that a product and a quotient differ), T = 2."""
+    import bench.algorithms.feddf_al as feddf_al
+    from bench.algorithms.fedal import lf_loss
+    from bench.engine.distillation import kd_loss
+    from bench.engine.loop import Step
+
+    result = run_federation(fedal_config(algorithm={"name": "feddf_al", "distill_steps": 1},
+                                         training={"rounds": 1, "local_steps": 1}))
+    algorithm, server = result.state.algorithm, result.state.server
+    algorithm.params = algorithm.params.model_copy(update={"lf_global_weight": 0.5, "adv_weight": 0.25,
+                                                           "temperature": 2.0})
+    groups, x = sorted(server.state.models), algorithm.ctx.public_x[:4]
+    gradient = torch.randn(2, 4, 10, generator=torch.Generator().manual_seed(0))
+    monkeypatch.setattr(feddf_al, "discriminator_round", lambda *args: (gradient, None, None))
+    teacher = torch.randn(4, 10, generator=torch.Generator().manual_seed(1))
+
+    class Recorder:
+        def run(self, batches: list[torch.Tensor], fn: Any) -> None:
+            self.loss = fn(Step(1, 0), batches[0]).item()
+
+    loops = [Recorder(), Recorder()]
+    algorithm.distill_step(1, server, groups, cast(Any, loops), x, teacher)
+    for g, loop, grad in zip(groups, loops, gradient):
+        with torch.no_grad():
+            z, frozen = server.state.models[g].train()(x)[1], server.state.snapshots[g](x)[1]
+        r_glo = lf_loss(z, frozen, 1.0).item()
+        assert r_glo > 1e-4  # the students moved since their snapshots: r_glo is not 0
+        expected = kd_loss(z, teacher, 2.0).item() + 0.5 * r_glo + 0.25 * float((z * grad).sum())
+        assert loop.loss == pytest.approx(expected, rel=1e-5)
+
+
+@pytest.mark.parametrize("readings", [{}, {"lf_first_round": False, "snapshot_mode": "eval"}],
+                         ids=["default", "no-first-round-eval-mode"])
+def test_feddf_al_tells_its_local_objective_the_round_and_freezes_its_snapshots_in_snapshot_mode(
+        readings: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    """r_loc applies from round 1 or, with ``lf_first_round: false``, from round 2 (A5), so V_loc is told each
+    step's round; r_loc's θ_g (each client) and r_glo's θ̂_g (each group) are frozen in the BatchNorm mode
+    ``snapshot_mode`` (A5: train by default)."""
+    import bench.algorithms.feddf_al as feddf_al
+
+    rounds: list[int] = []
+    original = feddf_al.local_objective
+
+    def spy(model, snapshot, x, y, params, round_index):  # type: ignore[no-untyped-def]
+        rounds.append(round_index)
+        return original(model, snapshot, x, y, params, round_index)
+
+    monkeypatch.setattr(feddf_al, "local_objective", spy)
+    result = run_federation(fedal_config(algorithm={"name": "feddf_al", "distill_steps": 1, **readings},
+                                         training={"rounds": 2, "local_steps": 2}))
+    assert rounds == [1] * 4 * 2 + [2] * 4 * 2  # 4 clients, τ = 2 steps each round
+    train_mode = readings.get("snapshot_mode", "train") == "train"
+    snapshots = [c.state.snapshot for c in result.state.clients] + list(result.state.server.state.snapshots.values())
+    assert len(snapshots) == 4 + 2 and all(s.training == train_mode for s in snapshots)
+
+
 def test_the_fedal_report_says_feddf_al_is_a_design_of_ours() -> None:
     """Wherever FedDF-AL has rows, the report says its design is ours (the paper gives τ and E_adv only)."""
     from bench.suites import load_suite
@@ -332,6 +594,10 @@ def test_fedproto_fedal_needs_one_feature_dimension() -> None:
     with pytest.raises(BenchError, match="one feature dimension"):
         run_federation(fedal_config(algorithm={"name": "fedproto_fedal"}, dataset={"name": "synthetic32"},
                                     model={"name": "wrn10_1", "candidates": ["wrn10_1", "wrn10_2", "wrn16_1"]}))
+    # model.kwargs are model.name's only (the CNN's 32-d features here); the MLP keeps its 64-d defaults
+    with pytest.raises(BenchError, match=r"one feature dimension; the clients' architectures have \{'(cnn': 32, "
+                                         r"'mlp': 64|mlp': 64, 'cnn': 32)\}"):
+        run_federation(fedal_config(algorithm={"name": "fedproto_fedal"}, model={"kwargs": {"feature_dim": 32}}))
 
 
 @pytest.mark.parametrize("algorithm", [

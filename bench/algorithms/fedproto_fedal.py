@@ -73,7 +73,7 @@ class FedProtoFedAL(KnowledgeTransfer[NoState, NoState, FeatureUpload, FeatureRe
 
     def init_server(self) -> Server[NoState]:
         with torch.device("meta"):  # shapes only
-            dims = {name: build_model(name, self.ctx.in_shape, self.ctx.num_classes, **self.ctx.config.model.kwargs
+            dims = {name: build_model(name, self.ctx.in_shape, self.ctx.num_classes, **self.ctx.model_kwargs(name)
                                       ).feature_dim for name in set(self.ctx.architectures)}
         if len(set(dims.values())) > 1:
             raise BenchError(f"fedproto_fedal distils features, so every client needs one feature dimension; the "

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 from torch import nn
@@ -56,13 +56,18 @@ class Context:
         model, n = self.config.model, self.config.partition.num_clients
         return assign_architectures(model.candidates, n, self.seed) if model.candidates else [model.name] * n
 
-    def build_model(self, *key: int | str, name: str | None = None) -> nn.Module:
-        """The configured model (or ``name``), initialised from the stream ``("init", *key)``; ``model.kwargs``
-        are ``model.name``'s, so a candidate architecture of another name is built with its own defaults."""
+    def model_kwargs(self, name: str) -> dict[str, Any]:
+        """The arguments architecture ``name`` is built with: ``model.kwargs`` are ``model.name``'s, so a candidate
+        architecture of another name is built with its own defaults."""
         configured = self.config.model
-        kwargs = configured.kwargs if (name or configured.name) == configured.name else {}
-        model = build_model(name or configured.name, self.in_shape, self.num_classes, seed=self.seed,
-                            key=("init", *key), **kwargs)
+        return configured.kwargs if name == configured.name else {}
+
+    def build_model(self, *key: int | str, name: str | None = None) -> nn.Module:
+        """The configured model (or ``name``) with its :meth:`model_kwargs`, initialised from the stream
+        ``("init", *key)``."""
+        name = name or self.config.model.name
+        model = build_model(name, self.in_shape, self.num_classes, seed=self.seed, key=("init", *key),
+                            **self.model_kwargs(name))
         return model.to(self.device)
 
     # -- streams -------------------------------------------------------------------------------
