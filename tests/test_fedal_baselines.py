@@ -302,6 +302,45 @@ def test_fccl_pretraining_is_capped_at_the_runs_local_budget_or_runs_all_its_epo
     assert counted == {who: steps if cap is None else min(cap, steps) for who, steps in epochs.items()}
 
 
+def test_fccl_pretraining_anneals_each_epoch_and_its_step_cap_spans_epochs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each pre-training epoch e of E = 3 trains at cosine_lr(e, 3, pretrain_lr, pretrain_min_lr) (a non-default
+    0.02 → 0.001), and ``pretrain_steps`` counts steps across epochs: with the cap one step past the smallest
+    client's epoch, that client trains a whole epoch, then one step, then stops; a larger one stops inside its first
+    or second epoch."""
+    import bench.algorithms.fccl as fccl
+
+    calls: dict[str, list[tuple[float, int]]] = {}
+
+    class Recording(fccl.Loop):  # type: ignore[misc]
+        def run(self, batches, step_fn):  # type: ignore[no-untyped-def]
+            batches = list(batches)
+            if "pre-training" in str(self.who):
+                calls.setdefault(str(self.who), []).append((self.optimizer.param_groups[0]["lr"], len(batches)))
+            return super().run(batches, step_fn)
+
+    monkeypatch.setattr(fccl, "Loop", Recording)
+    sizes = {c.cid: c.data.num_samples // 16 for c in run_federation(fedal_config(
+        algorithm={"name": "fccl", "pretrain_epochs": 0}, training={"rounds": 1, "local_steps": 1})).state.clients}
+    cap = min(sizes.values()) + 1
+    assert min(sizes.values()) > 1
+    calls.clear()
+    run_federation(fedal_config(algorithm={"name": "fccl", "pretrain_epochs": 3, "pretrain_steps": cap,
+                                           "pretrain_lr": 0.02, "pretrain_min_lr": 0.001},
+                                training={"rounds": 1, "local_steps": 1}))
+    expected: dict[str, list[tuple[float, int]]] = {}
+    for cid, per_epoch in sizes.items():
+        done, epochs = 0, []
+        for epoch in range(3):
+            if done >= cap:
+                break
+            lr = 0.001 + 0.5 * (0.02 - 0.001) * (1 + math.cos(math.pi * epoch / 3))
+            epochs.append((lr, min(per_epoch, cap - done)))
+            done += epochs[-1][1]
+        expected[f"{cid} (pre-training)"] = epochs
+    assert any(len(epochs) == 2 for epochs in expected.values())  # a client whose pre-training spans two epochs
+    assert {who: [(pytest.approx(lr), n) for lr, n in e] for who, e in expected.items()} == calls
+
+
 def test_fccl_refuses_two_public_step_counts() -> None:
     with pytest.raises(BenchError, match="global_steps and public_pass: epoch"):
         run_federation(fedal_config(algorithm={"name": "fccl", "public_pass": "epoch", "global_steps": 2}))
