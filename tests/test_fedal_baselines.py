@@ -517,6 +517,45 @@ def test_feddf_client_holds_its_group_model_once_it_took_part_and_distils_with_t
         assert type(optimizer) is kind and optimizer.param_groups[0]["lr"] == 0.02
 
 
+def test_feddf_round_r_distils_on_the_next_distill_steps_batches_of_its_public_stream(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Round r's i-th distillation step takes batch (r − 1)·τ + i of the lockstep stream ("public", "distill") in
+    batches of ``distill_batch_size`` (8 here, not training.batch_size's 16): round 1 batches 0..τ−1, round 2 the
+    next τ, so no round repeats the previous one's batches."""
+    from bench.algorithms.feddf import FedDF
+    from bench.engine.streams import SharedBatches
+
+    seen: list[tuple[int, torch.Tensor]] = []
+    original = FedDF.distill_step
+
+    def spy(self, round_index, server, groups, loops, x, teacher):  # type: ignore[no-untyped-def]
+        seen.append((round_index, x.clone()))
+        original(self, round_index, server, groups, loops, x, teacher)
+
+    monkeypatch.setattr(FedDF, "distill_step", spy)
+    steps = 3
+    result = run_federation(fedal_config(algorithm={"name": "feddf", "distill_steps": steps, "distill_batch_size": 8},
+                                         training={"rounds": 2, "local_steps": 1}))
+    ctx = result.state.algorithm.ctx
+    stream = SharedBatches(ctx.public_x, 8, ctx.seed, ("public", "distill"), True)
+    assert [r for r, _ in seen] == [1] * steps + [2] * steps
+    for i, (_, x) in enumerate(seen):
+        assert torch.equal(x, stream.batch(i))
+    assert not torch.equal(seen[0][1], seen[steps][1])
+
+
+def test_feddf_divergence_in_the_server_distillation_names_the_round_and_the_server(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A NaN distillation loss stops the run with one line naming the round and the trainer (the server)."""
+    import bench.algorithms.feddf as feddf
+    from bench.errors import Diverged
+
+    monkeypatch.setattr(feddf, "kd_loss", lambda student, teacher, t: student.sum() * float("nan"))
+    with pytest.raises(Diverged, match=r"diverged at round 1 \(client server\)"):
+        run_federation(fedal_config(algorithm={"name": "feddf", "distill_steps": 1},
+                                    training={"rounds": 1, "local_steps": 1}))
+
+
 def test_feddf_al_without_its_adversarial_and_less_forgetting_terms_is_feddf() -> None:
     """FedDF-AL's reading (pipelines/fedal/NOTES.md §3.2.8, a design of ours): FedDF's groups, averaging and ensemble
     teacher, with FedAL's terms added, so with W_ADV = W_LFL = W_LFG = 0 it is FedDF bit for bit; with them it is
@@ -536,14 +575,15 @@ def test_feddf_al_without_its_adversarial_and_less_forgetting_terms_is_feddf() -
 def test_feddf_al_discriminator_tells_the_architecture_groups_apart(monkeypatch: pytest.MonkeyPatch) -> None:
     """The game is played by the G group students after averaging, not by the N clients: a G-way discriminator
     (CNN and MLP: 2 outputs for 4 clients), fed each student's logits on the distillation batch, a student's class
-    its group's index among the sorted architectures; one discriminator step per distillation step."""
+    its group's index among the sorted architectures; one discriminator step per distillation step, told
+    its round (which names it in a divergence message)."""
     import bench.algorithms.feddf_al as feddf_al
 
-    seen: list[tuple[tuple[int, ...], list[int]]] = []
+    seen: list[tuple[int, tuple[int, ...], list[int]]] = []
     original = feddf_al.discriminator_round
 
     def spy(state, round_index, logits, targets, temperature):  # type: ignore[no-untyped-def]
-        seen.append((tuple(logits.shape), targets.tolist()))
+        seen.append((round_index, tuple(logits.shape), targets.tolist()))
         return original(state, round_index, logits, targets, temperature)
 
     monkeypatch.setattr(feddf_al, "discriminator_round", spy)
@@ -551,7 +591,7 @@ def test_feddf_al_discriminator_tells_the_architecture_groups_apart(monkeypatch:
                                          training={"rounds": 2, "local_steps": 1}))
     discriminator = result.state.server.state.discriminator
     assert discriminator.classifier.out_features == 2 and len(result.state.clients) == 4
-    assert seen == [((2, 16, 10), [0, 1])] * 2 * 3  # groups sorted: cnn 0, mlp 1; B = 16, K = 10
+    assert seen == [(r, (2, 16, 10), [0, 1]) for r in (1, 2) for _ in range(3)]  # cnn 0, mlp 1; B = 16, K = 10
 
 
 def test_feddf_al_student_step_is_kd_plus_weighted_r_glo_plus_the_weighted_adversarial_surrogate(
