@@ -365,6 +365,22 @@ def test_feddc_local_update_by_hand() -> None:
     assert torch.allclose(client.state.correction[0], 0.2 + moved) and torch.allclose(update.payload[0], moved)
 
 
+@pytest.mark.parametrize("correction", [True, False])
+def test_feddc_aggregate_takes_the_unweighted_mean_and_moves_g_by_the_size_weighted_changes(correction: bool) -> None:
+    """Two clients with n = 1 and 3 upload θ + h = 0 and 4, g_k moved by 4 and 8: the model becomes the unweighted
+    mean 2 (not the size-weighted 3), and g (from .5) moves by ¼·4 + ¾·8 = 7 to 7.5; without the correction
+    (code) g stays at .5."""
+    from bench.algorithms.feddc import FedDC, FedDCParams, FedDCServer
+    from bench.engine.messages import Update
+
+    server = Server(nn.Linear(1, 1, bias=False), FedDCServer([torch.full((1, 1), 0.5)]))
+    updates = [Update(cid, n, {"weight": torch.full((1, 1), w)}, [torch.full((1, 1), moved)] if correction else [])
+               for cid, (n, w, moved) in enumerate(((1, 0.0, 4.0), (3, 4.0, 8.0)))]
+    FedDC(FedDCParams(correction=correction), cast(Any, None)).aggregate(1, cast(Server, server), updates)
+    assert float(server.model.weight.detach()) == pytest.approx(2.0)
+    assert float(server.state.correction[0]) == pytest.approx(7.5 if correction else 0.5)
+
+
 def test_fedas_prototypes_alignment_and_fisher_trace() -> None:
     class Linear(nn.Module):
         def __init__(self) -> None:
