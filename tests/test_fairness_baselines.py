@@ -305,6 +305,68 @@ def test_pfedck_interactive_optimiser_is_fresh_each_round_unless_persistent_and_
     assert second is not None and (second is first) == persistent and second.param_groups[0]["lr"] == 0.005
 
 
+def test_pfedck_server_rounds_by_hand() -> None:
+    """Two clusters, clients 0–3 of sizes 1, 3, 2, 2, all taking part twice; client 4 never does.
+    Round 1, everyone sent the global model w = (10, 0), updates ΔI = (1, 0), (2, .2), (0, 1), (.1, 3): clusters
+    {0, 1} and {2, 3}, each the size-weighted mean of its members' I_k, the global model the mean over all.
+    Round 2, each client sent its cluster's model (client 4 the global one), updates ΔI from those = (1, 0), (0, 1),
+    (2, .1), (.1, 3): clusters {0, 2} and {1, 3} (against the global model, or with I_k + sent, they differ)."""
+    from types import SimpleNamespace
+
+    from bench.algorithms.pfedck import Clusters, InteractiveUpdate, PFedCK, PFedCKParams
+    from bench.engine.protocol import Metrics
+
+    model = nn.Linear(2, 1, bias=False)
+    with torch.no_grad():
+        model.weight.copy_(torch.tensor([[10.0, 0.0]]))
+    server = Server(model, Clusters())
+    algo = PFedCK(PFedCKParams(clusters=2), cast(Any, None))
+    sizes = (1, 3, 2, 2)
+    clients = [SimpleNamespace(cid=cid) for cid in range(5)]
+
+    def sent(cid: int) -> list[float]:
+        return algo.broadcast(1, server, cid).state["weight"].flatten().tolist()
+
+    def round_(index: int, deltas: list[list[float]]) -> Metrics:
+        updates = [InteractiveUpdate(cid, n, {"weight": torch.tensor([sent(cid)]) + torch.tensor([d])})
+                   for cid, (n, d) in enumerate(zip(sizes, deltas))]
+        return algo.aggregate(index, server, updates)
+
+    def weight(state: dict[str, torch.Tensor]) -> list[float]:
+        return state["weight"].flatten().tolist()
+
+    assert all(sent(cid) == [10.0, 0.0] for cid in range(5))
+    assert round_(1, [[1.0, 0.0], [2.0, 0.2], [0.0, 1.0], [0.1, 3.0]]) == {"clusters": 2.0}
+    # I_k = (11, 0), (12, .2), (10, 1), (10.1, 3)
+    assert [weight(m) for m in server.state.models] == [pytest.approx([11.75, 0.15]), pytest.approx([10.05, 2.0])]
+    assert weight(model.state_dict()) == pytest.approx([10.9, 1.075])  # (11, 0) + 3(12, .2) + 2(10, 1) + 2(10.1, 3), /8
+    assert algo.client_records(server, cast(Any, clients)) == {"cluster": {0: 0.0, 1: 0.0, 2: 1.0, 3: 1.0}}
+    assert [sent(cid) for cid in range(5)] == [pytest.approx(w) for w in
+                                               ([11.75, 0.15], [11.75, 0.15], [10.05, 2.0], [10.05, 2.0], [10.9, 1.075])]
+
+    assert round_(2, [[1.0, 0.0], [0.0, 1.0], [2.0, 0.1], [0.1, 3.0]]) == {"clusters": 2.0}
+    # I_k = (12.75, .15), (11.75, 1.15), (12.05, 2.1), (10.15, 5)
+    assert [weight(m) for m in server.state.models] == [pytest.approx([36.85 / 3, 1.45]), pytest.approx([11.11, 2.69])]
+    assert weight(model.state_dict()) == pytest.approx([11.55, 2.225])
+    assert algo.client_records(server, cast(Any, clients)) == {"cluster": {0: 0.0, 1: 1.0, 2: 0.0, 3: 1.0}}
+    assert sent(1) == pytest.approx([11.11, 2.69]) and sent(4) == pytest.approx([11.55, 2.225])
+
+
+def test_pfedck_uploads_a_copy_of_the_trained_interactive_model_with_the_clients_id_and_size() -> None:
+    from types import SimpleNamespace
+
+    from bench.algorithms.pfedck import PFedCK, PFedCKClient, PFedCKParams
+
+    interactive = nn.Linear(2, 1, bias=False)
+    client = SimpleNamespace(cid=7, data=SimpleNamespace(num_samples=5), state=PFedCKClient(interactive=interactive))
+    algo = PFedCK(PFedCKParams(), cast(Any, None))
+    setattr(algo, "local_pass", lambda round_index, c: 0.25)  # local training itself: the interactive-optimiser test
+    update, loss = algo.local_update(1, cast(Client, client))
+    assert (update.cid, update.num_samples, loss) == (7, 5, 0.25)
+    assert torch.equal(update.state["weight"], interactive.weight.detach())
+    assert update.state["weight"].data_ptr() != interactive.weight.data_ptr()
+
+
 def test_feddc_terms_by_hand() -> None:
     θ, h, w = [torch.tensor([1.0, 2.0])], [torch.tensor([0.5, 0.0])], [torch.tensor([1.0, 1.0])]
     assert float(drift_penalty(θ, h, w)) == pytest.approx(0.25 + 1.0)  # ‖θ + h − w‖² = .5² + 1²
@@ -363,6 +425,22 @@ def test_feddc_local_update_by_hand() -> None:
     assert torch.allclose(update.state["classifier.weight"], torch.tensor([[1.7, 0.1], [0.1, -0.1]]))
     moved = torch.tensor([[-1.5, -0.5], [-0.5, 1.5]])
     assert torch.allclose(client.state.correction[0], 0.2 + moved) and torch.allclose(update.payload[0], moved)
+
+
+@pytest.mark.parametrize("correction", [True, False])
+def test_feddc_aggregate_takes_the_unweighted_mean_and_moves_g_by_the_size_weighted_changes(correction: bool) -> None:
+    """Two clients with n = 1 and 3 upload θ + h = 0 and 4, g_k moved by 4 and 8: the model becomes the unweighted
+    mean 2 (not the size-weighted 3), and g (from .5) moves by ¼·4 + ¾·8 = 7 to 7.5; without the correction
+    (code) g stays at .5."""
+    from bench.algorithms.feddc import FedDC, FedDCParams, FedDCServer
+    from bench.engine.messages import Update
+
+    server = Server(nn.Linear(1, 1, bias=False), FedDCServer([torch.full((1, 1), 0.5)]))
+    updates = [Update(cid, n, {"weight": torch.full((1, 1), w)}, [torch.full((1, 1), moved)] if correction else [])
+               for cid, (n, w, moved) in enumerate(((1, 0.0, 4.0), (3, 4.0, 8.0)))]
+    FedDC(FedDCParams(correction=correction), cast(Any, None)).aggregate(1, cast(Server, server), updates)
+    assert float(server.model.weight.detach()) == pytest.approx(2.0)
+    assert float(server.state.correction[0]) == pytest.approx(7.5 if correction else 0.5)
 
 
 def test_fedas_prototypes_alignment_and_fisher_trace() -> None:
