@@ -135,6 +135,10 @@ def test_fccl_cross_correlation_by_hand() -> None:
     z = torch.tensor([[1.0, 2.0], [2.0, 4.0], [3.0, 6.0]])
     assert cross_correlation_loss(z, z, 0.0051).item() == pytest.approx(2 / 9 + 0.0051 * 50 / 9, rel=1e-6)
     assert cross_correlation_loss(z, z, 0.0).item() == pytest.approx(2 / 9, rel=1e-6)
+    # Z = [[1, 0], [2, 1], [3, 0]]: the columns standardise to [−1, 0, 1] and [−1, 2, −1]/√3, so M = diag(⅔, ⅔) off 0:
+    # the diagonal term stays 2/9 and the off-diagonal one is λ·2(0 + 1)² = 2λ
+    z = torch.tensor([[1.0, 0.0], [2.0, 1.0], [3.0, 0.0]])
+    assert cross_correlation_loss(z, z, 0.5).item() == pytest.approx(2 / 9 + 1.0, rel=1e-6)
 
 
 def test_fccl_plus_instance_similarity_by_hand() -> None:
@@ -339,6 +343,30 @@ def test_fccl_pretraining_anneals_each_epoch_and_its_step_cap_spans_epochs(monke
         expected[f"{cid} (pre-training)"] = epochs
     assert any(len(epochs) == 2 for epochs in expected.values())  # a client whose pre-training spans two epochs
     assert {who: [(pytest.approx(lr), n) for lr, n in e] for who, e in expected.items()} == calls
+
+
+@pytest.mark.parametrize("public_optimizer", ["fresh", "client"])
+def test_fccl_public_steps_take_a_fresh_adam_at_public_lr_or_the_clients_optimiser(
+        public_optimizer: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``public_optimizer: fresh`` (the authors' code): each client's public loop steps a FreshAdam at ``public_lr``
+    (here 0.02, not Adam's default); ``client``: the loop the knowledge-transfer base builds with the client's own
+    optimiser, so FCCL builds none of its own."""
+    import bench.algorithms.fccl as fccl
+
+    built: list[tuple[str, float]] = []
+
+    class Recording(fccl.Loop):  # type: ignore[misc]
+        def __init__(self, optimizer, *args, **kwargs):  # type: ignore[no-untyped-def]
+            super().__init__(optimizer, *args, **kwargs)
+            if "pre-training" not in str(self.who):
+                built.append((type(optimizer).__name__, optimizer.param_groups[0]["lr"]))
+
+    monkeypatch.setattr(fccl, "Loop", Recording)
+    result = run_federation(fedal_config(algorithm={"name": "fccl", "pretrain_epochs": 0, "public_lr": 0.02,
+                                                    "public_optimizer": public_optimizer},
+                                         training={"rounds": 1, "local_steps": 1}))
+    clients = len(result.state.clients)
+    assert built == ([("FreshAdam", 0.02)] * clients if public_optimizer == "fresh" else [])
 
 
 def test_fccl_refuses_two_public_step_counts() -> None:
