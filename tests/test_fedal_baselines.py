@@ -16,6 +16,7 @@ from bench.algorithms.fccl import FCCL, FCCLClient, FCCLParams, cosine_lr, cross
 from bench.algorithms.fcclplus import FCCLPlus, FCCLPlusParams, non_target_kd, similarity_logits
 from bench.algorithms.fd import (FD, FDClient, FDParams, FDServer, LabelLogits, distillation_term, label_means,
                                 teacher_targets)
+from bench.engine.messages import Update
 from bench.engine.state import Client, Server
 from bench.algorithms.fedproto_fedal import FedProtoFedAL, FedProtoFedALParams, FeatureReply, feature_distance
 from bench.algorithms.knowledge_transfer import LogitsUpload, PublicOutputs
@@ -543,6 +544,29 @@ def test_feddf_client_holds_its_group_model_once_it_took_part_and_distils_with_t
         feddf = type(algorithm)(type(algorithm).Params(distill_optimizer=name, distill_lr=0.02), algorithm.ctx)
         optimizer = feddf.make_distill_optimizer(model)
         assert type(optimizer) is kind and optimizer.param_groups[0]["lr"] == 0.02
+
+
+def test_feddf_refuses_a_run_without_a_public_set_naming_the_setting() -> None:
+    with pytest.raises(BenchError, match=r"feddf distils on unlabelled proxy data: set public.size"):
+        run_federation(fedal_config(algorithm={"name": "feddf"}, public={"size": 0}))
+
+
+@pytest.mark.parametrize("weighting, expected", [("samples", 3.0), ("uniform", 2.0)])
+def test_feddf_averages_each_group_by_sample_counts_or_uniformly(weighting: str, expected: float) -> None:
+    """θ_g = Σ n_k θ_k / Σ n_k over the group's received clients (``weighting: samples``), or their plain mean
+    (``uniform``): clients of 1 and 3 samples sending every float weight at 0 and 4 give 3 and 2."""
+    result = run_federation(fedal_config(algorithm={"name": "feddf", "distill_steps": 0},
+                                         training={"rounds": 1, "local_steps": 1}))
+    algorithm, server = result.state.algorithm, result.state.server
+    feddf = type(algorithm)(type(algorithm).Params(distill_steps=0, weighting=weighting), algorithm.ctx)
+    arch = algorithm.ctx.architectures[0]
+    a, b = [cid for cid, name in enumerate(algorithm.ctx.architectures) if name == arch][:2]
+    model = server.state.models[arch]
+    floats = [k for k, v in model.state_dict().items() if v.is_floating_point()]
+    updates = [Update(cid, n, {k: torch.full_like(v, value) for k, v in model.state_dict().items()}, None)
+               for cid, n, value in ((a, 1, 0.0), (b, 3, 4.0))]
+    feddf.aggregate(2, server, updates)
+    assert {k: model.state_dict()[k].unique().tolist() for k in floats} == {k: [expected] for k in floats}
 
 
 def test_feddf_round_r_distils_on_the_next_distill_steps_batches_of_its_public_stream(
