@@ -370,6 +370,32 @@ def test_fccl_public_steps_take_a_fresh_adam_at_public_lr_or_the_clients_optimis
     assert built == ([("FreshAdam", 0.02)] * clients if public_optimizer == "fresh" else [])
 
 
+@pytest.mark.parametrize("phase", ["pre-training", "public"])
+def test_fccl_pretraining_and_public_steps_stop_at_an_exploding_finite_loss(
+        phase: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Both of FCCL's own loops carry the run's loss guard: a loss that stays finite but grows past
+    ``training.divergence_factor`` (1000) times the run's first step stops the run there, as in any other loop."""
+    import bench.algorithms.fccl as fccl
+    from bench.errors import Diverged
+
+    calls = [0]
+
+    def exploding(original):  # type: ignore[no-untyped-def]
+        def loss(*args, **kwargs):  # type: ignore[no-untyped-def]
+            calls[0] += 1
+            return original(*args, **kwargs) * (1.0 if calls[0] == 1 else 1e12)
+        return loss
+
+    if phase == "pre-training":
+        monkeypatch.setattr(fccl.F, "cross_entropy", exploding(fccl.F.cross_entropy))  # pre-training runs first
+    else:
+        monkeypatch.setattr(fccl, "cross_correlation_loss", exploding(fccl.cross_correlation_loss))
+    with pytest.raises(Diverged, match="exceeds 1000 x the first step") as stopped:
+        run_federation(fedal_config(algorithm={"name": "fccl", "pretrain_epochs": 1 if phase == "pre-training" else 0},
+                                    training={"rounds": 1, "local_steps": 1}))
+    assert ("pre-training" in str(stopped.value)) == (phase == "pre-training")
+
+
 def test_fccl_refuses_two_public_step_counts() -> None:
     with pytest.raises(BenchError, match="global_steps and public_pass: epoch"):
         run_federation(fedal_config(algorithm={"name": "fccl", "public_pass": "epoch", "global_steps": 2}))
