@@ -396,6 +396,28 @@ def test_fccl_pretraining_and_public_steps_stop_at_an_exploding_finite_loss(
     assert ("pre-training" in str(stopped.value)) == (phase == "pre-training")
 
 
+def test_fccl_pretraining_drops_the_partial_last_batch_under_drop_last(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With ``training.drop_last`` a pre-training epoch is ⌊n/B⌋ full batches (B = 5 here, and each client holds 336
+    images, so its last batch is partial and left out)."""
+    import bench.algorithms.fccl as fccl
+
+    sizes: dict[str, list[int]] = {}
+
+    class Recording(fccl.Loop):  # type: ignore[misc]
+        def run(self, batches, step_fn):  # type: ignore[no-untyped-def]
+            batches = list(batches)
+            if "pre-training" in str(self.who):
+                sizes.setdefault(str(self.who), []).extend(len(b) for b in batches)
+            return super().run(batches, step_fn)
+
+    monkeypatch.setattr(fccl, "Loop", Recording)
+    result = run_federation(fedal_config(algorithm={"name": "fccl", "pretrain_epochs": 1, "pretrain_budget": "epochs"},
+                                         training={"rounds": 1, "local_steps": 1, "batch_size": 5}))
+    samples = {f"{c.cid} (pre-training)": c.data.num_samples for c in result.state.clients}
+    assert any(n % 5 for n in samples.values())
+    assert sizes == {who: [5] * (n // 5) for who, n in samples.items()}
+
+
 def test_fccl_refuses_two_public_step_counts() -> None:
     with pytest.raises(BenchError, match="global_steps and public_pass: epoch"):
         run_federation(fedal_config(algorithm={"name": "fccl", "public_pass": "epoch", "global_steps": 2}))
