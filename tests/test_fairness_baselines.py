@@ -959,3 +959,20 @@ def test_recorded_rewards_equal_hand_computations_from_what_the_server_saw(monke
     dim = len(u)
     share = [int(dim * math.tanh(v) / (max(math.tanh(w) for w in rep) + 1e-9)) / dim for v in rep]
     assert recorded(records) == (pytest.approx(rep, abs=1e-6), pytest.approx(share, abs=1.5 / dim))
+
+
+@pytest.mark.parametrize("source", ["split", "stored"])
+def test_a_rewarded_methods_validation_set_is_the_one_its_params_name(source: str) -> None:
+    """``validation: split`` (the paper) scores on the clients' validation splits, ``stored`` (the released code) on
+    the first tenth of each client's stored data; the two differ, and the method asks for the one it names."""
+    from bench.runner.federation import run_federation
+
+    result = run_federation(small_config(algorithm={"name": "cgsv", "validation": source}, training={"rounds": 1},
+                                         partition={"num_clients": 4, "local_test_fraction": 0.2,
+                                                    "validation_fraction": 0.1}))
+    algorithm = result.state.algorithm
+    x, y = algorithm.validation()
+    other_x, _ = algorithm.ctx.server_validation("stored" if source == "split" else "split")
+    expected_x, expected_y = algorithm.ctx.server_validation(source)
+    assert torch.equal(x, expected_x) and torch.equal(y, expected_y)
+    assert x.shape != other_x.shape or not torch.equal(x, other_x)
