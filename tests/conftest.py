@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 
 # The tests run at the CPU-kernel level the pinned suites use (docs/determinism.md "CPU kernels"), set before
 # `bench` is imported: several compare two code paths bitwise or to float32 rounding (the no-correlation ablation
@@ -61,3 +62,17 @@ def run_dvc(project: Path, *args: str) -> subprocess.CompletedProcess[str]:
            "DVC_NO_ANALYTICS": "1"}
     return subprocess.run([sys.executable, "-m", "dvc", *args], cwd=project, env=env, capture_output=True,
                           text=True, timeout=1800)
+
+
+class DiagonalLinear(torch.nn.Module):
+    """(features, logits) as the project's models return them, with features = x and logits = x · diag(1, 2): a model
+    whose losses a test computes by hand."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.classifier = torch.nn.Linear(2, 2, bias=False)
+        with torch.no_grad():
+            self.classifier.weight.copy_(torch.tensor([[1.0, 0.0], [0.0, 2.0]]))
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return x, self.classifier(x)

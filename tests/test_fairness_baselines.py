@@ -27,7 +27,7 @@ from bench.engine.state import Client, Server
 from bench.engine.vectors import (SparseVector, clip_norm, flatten, keep_fraction, keep_largest, largest_entries,
                                   unflatten)
 from bench.suites.statistics import Records
-from tests.conftest import small_config
+from tests.conftest import DiagonalLinear, small_config
 
 # -- the toolkit ------------------------------------------------------------------------------------
 
@@ -382,7 +382,7 @@ def _feddc_client(**state: list[torch.Tensor]) -> Client:
 
     from bench.algorithms.feddc import FedDCClient
 
-    return cast(Client, SimpleNamespace(cid=0, model=_Identity(), data=SimpleNamespace(num_samples=5),
+    return cast(Client, SimpleNamespace(cid=0, model=DiagonalLinear(), data=SimpleNamespace(num_samples=5),
                                         state=FedDCClient(**state)))
 
 
@@ -536,19 +536,6 @@ def test_fedmpr_prunes_the_smallest_tenth_over_all_parameters() -> None:
     assert int((values == 0).sum()) == 2 and float(net.bias[0].detach()) == 0.0 and float(net.weight[0, 0].detach()) == 0.0
 
 
-class _Identity(nn.Module):
-    """features = x, logits = W·features with W = (1 0; 0 2): a model whose loss is computed by hand."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.classifier = nn.Linear(2, 2, bias=False)
-        with torch.no_grad():
-            self.classifier.weight.copy_(torch.tensor([[1.0, 0.0], [0.0, 2.0]]))
-
-    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        return x, self.classifier(x)
-
-
 def test_fedmpr_l2_term_is_half_the_squared_norm() -> None:
     assert float(l2_penalty([torch.tensor([1.0, 2.0]), torch.tensor([[2.0]])])) == 4.5  # ½(1 + 4 + 4)
 
@@ -560,7 +547,7 @@ def test_fedmpr_local_loss_is_ce_of_noised_inputs_and_inverted_dropout_plus_half
     from bench.engine.loop import Step
 
     x, y = torch.tensor([[1.0, 0.0], [0.0, 1.0], [2.0, 1.0]]), torch.tensor([0, 1, 1])
-    client = cast(Client, type("C", (), {"model": _Identity()})())
+    client = cast(Client, type("C", (), {"model": DiagonalLinear()})())
     σ, p, λ = 0.5, 0.25, 0.1
     algo = FedMPR(FedMPRParams(input_noise=σ, dropout=p, weight_decay=λ), ctx=cast(Any, None))
     loss = algo.local_loss(Step(1, 0, torch.Generator().manual_seed(7)), client, x, y)
@@ -637,7 +624,7 @@ def test_only_the_clients_with_a_reward_are_sent_one() -> None:
 
 def test_a_rewarded_method_starts_from_its_own_model_or_the_broadcast_global_one() -> None:
     """``start: own`` sends nothing and the client trains its personal model; ``global`` sends the global model."""
-    model = _Identity()
+    model = DiagonalLinear()
     server = Server(model, Reputations())
     assert CGSV(CGSVParams(start="own"), cast(Any, None)).broadcast(1, server, 0) is None
     sent = CGSV(CGSVParams(start="global"), cast(Any, None)).broadcast(1, server, 0)
@@ -655,7 +642,7 @@ def test_a_rewarded_client_trains_on_its_pool_and_reports_the_loss(data: str) ->
         return 0.5
 
     split = SimpleNamespace(x=torch.zeros(2, 2), y=torch.zeros(2), with_test=(torch.ones(3, 2), torch.ones(3)))
-    client = cast(Client, SimpleNamespace(cid=0, model=_Identity(), data=split, state=RewardedClient()))
+    client = cast(Client, SimpleNamespace(cid=0, model=DiagonalLinear(), data=split, state=RewardedClient()))
     cgsv = CGSV(CGSVParams(data=data), cast(Any, SimpleNamespace(local_train=local_train)))
     upload, metrics = cgsv.client_update(1, client, None)
     assert metrics == {"train_loss": 0.5} and trained_on == [cgsv.pool(client)]

@@ -24,6 +24,7 @@ from bench.engine.distillation import soft_target_kl
 from bench.engine.ledger import payload_bytes
 from bench.errors import BenchError
 from bench.runner.federation import run_federation
+from tests.conftest import DiagonalLinear
 from tests.test_fedal import fedal_config
 from tests.test_resume import assert_resumes_bitwise
 
@@ -195,7 +196,7 @@ def test_fccl_local_loss_is_ce_plus_the_inter_and_intra_distillations_by_hand() 
     """CE + 𝒦(ψ(f^inter) ‖ ψ(f_n)) + 𝒦(ψ(f^intra) ‖ ψ(f_n)), unit weights, T = 1: the student's logits x·diag(1, 2)
     on x = [1, 1], [2, 0]; θ^inter says [0, ln 3] (ψ = [¼, ¾]), θ^intra [ln 3, 0] (ψ = [¾, ¼])."""
     algorithm = FCCL(FCCLParams(), cast(Any, None))
-    client = Client(0, cast(Any, None), Scaled(), FCCLClient(intra=Fixed([math.log(3), 0.0]),
+    client = Client(0, cast(Any, None), DiagonalLinear(), FCCLClient(intra=Fixed([math.log(3), 0.0]),
                                                              inter=Fixed([0.0, math.log(3)])))
     x, y = torch.tensor([[1.0, 1.0], [2.0, 0.0]]), torch.tensor([1, 0])
     logits = torch.tensor([[1.0, 2.0], [2.0, 0.0]])
@@ -207,7 +208,7 @@ def test_fccl_local_loss_is_ce_plus_the_inter_and_intra_distillations_by_hand() 
 def test_fccl_plus_local_loss_is_ce_plus_the_non_target_distillation_at_its_temperature() -> None:
     """CE + T²·𝒦(q^inter ‖ q_n) over the non-target entries, T = ``local_dis_power`` (2 here, not its default 3)."""
     algorithm = FCCLPlus(FCCLPlusParams(local_dis_power=2.0), cast(Any, None))
-    client = Client(0, cast(Any, None), Scaled(), FCCLClient(inter=Fixed([0.0, math.log(3)])))
+    client = Client(0, cast(Any, None), DiagonalLinear(), FCCLClient(inter=Fixed([0.0, math.log(3)])))
     x, y = torch.tensor([[1.0, 1.0], [2.0, 0.0]]), torch.tensor([1, 0])
     logits = torch.tensor([[1.0, 2.0], [2.0, 0.0]])
     teacher = torch.tensor([[0.0, math.log(3)]] * 2)
@@ -454,25 +455,12 @@ def test_fd_teacher_all_is_the_mean_over_every_holder_and_the_temperature_soften
     assert term.item() == pytest.approx(float(-(soft * torch.log_softmax(torch.tensor([1.0, 0.0]), 0)).sum()))
 
 
-class Scaled(nn.Module):
-    """(features, logits) as the project's models return them: logits = x · diag(1, 2)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.layer = nn.Linear(2, 2, bias=False)
-        with torch.no_grad():
-            self.layer.weight.copy_(torch.tensor([[1.0, 0.0], [0.0, 2.0]]))
-
-    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        return x, self.layer(x)
-
-
 def _fd(beta: float = 1.0) -> tuple[FD, Client[FDClient]]:
     """FD with a one-layer model on 2 classes and a stand-in context (2 classes, the CPU)."""
     from types import SimpleNamespace
 
     ctx = SimpleNamespace(num_classes=2, device=torch.device("cpu"))
-    return FD(FDParams(beta=beta), cast(Any, ctx)), Client(0, cast(Any, None), Scaled(), FDClient())
+    return FD(FDParams(beta=beta), cast(Any, ctx)), Client(0, cast(Any, None), DiagonalLinear(), FDClient())
 
 
 @pytest.mark.parametrize("beta", [0.5, 1.0])
