@@ -35,9 +35,10 @@ def torch_seed(seed: int, *key: int | str) -> int:
     return int(seed_sequence(seed, *key).generate_state(1, np.uint64)[0] >> np.uint64(1))
 
 
-def torch_stream(seed: int, *key: int | str, device: str | torch.device = "cpu") -> torch.Generator:
-    """A torch Generator for the stream ``key`` of run ``seed`` (CPU unless ``device`` says otherwise)."""
-    return torch.Generator(device=device).manual_seed(torch_seed(seed, *key))
+def torch_stream(seed: int, *key: int | str) -> torch.Generator:
+    """A CPU torch Generator for the stream ``key`` of run ``seed`` (draws are made on the CPU and moved, so
+    that a run draws the same numbers on every device)."""
+    return torch.Generator().manual_seed(torch_seed(seed, *key))
 
 
 @contextlib.contextmanager
