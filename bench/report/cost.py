@@ -10,7 +10,9 @@ A run's FLOPs = (training FLOPs per trained image) × (images trained) + (forwar
   else an embedded one of the same image shape); the difference is round 2, where every method has
   its whole objective, divided by the images it trained. Extra forward passes (MOON's frozen models, FedMD's public
   batch), backward passes, knowledge extraction and server-side training (FedGen's generator) are
-  thereby counted, not assumed.
+  thereby counted, not assumed. The measurement's clients hold local test sets in the run's own ratio of local
+  test to train images, so a method that also trains or scores on its local test split (FedAKD's, CFFL's and
+  CGSV's released code train on train + local test) has that work counted in the same proportion as in the run.
 - **Images trained**: rounds × local epochs (or steps × batch) × each client's train size (whole
   batches only with ``drop_last``), with the setting's partition built on labels of the dataset's sizes
   spread evenly over its classes (no data needed; exact for balanced datasets, an approximation otherwise;
@@ -37,6 +39,7 @@ from __future__ import annotations
 import json
 import math
 import statistics
+import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,7 +51,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from bench.config import ExperimentConfig
 from bench.data import dataset_names, get_dataset_spec, load_dataset
-from bench.data.partition import get_partitioner, make_partition
+from bench.data.partition import Partition, class_counts, get_partitioner, make_partition
 from bench.errors import BenchError
 from bench.experiment import build_config
 from bench.models import build_model, get_model_entry
@@ -147,7 +150,9 @@ def stand_in(config: ExperimentConfig, data_dir: Path | None = None) -> str:
 
 def _measurement(config: ExperimentConfig, dataset: str, rounds: int) -> ExperimentConfig:
     """``config`` for ``rounds`` rounds on 2 iid clients of ``dataset`` holding about 1.5 batches each
-    (the rest held out), a public set (if any) of one batch, and no evaluation."""
+    (the rest held out), a public set (if any) of one batch, and no evaluation; a run that diverges on the
+    stand-in trains on (its FLOPs do not depend on its loss: FedAKD's released Standalone reference, Adam at
+    lr 0.15, diverges on it)."""
     batch = config.training.batch_size
     public = config.public.size and batch
     per_client = (get_dataset_spec(dataset).num_train - public) / MEASURE_CLIENTS
@@ -157,31 +162,49 @@ def _measurement(config: ExperimentConfig, dataset: str, rounds: int) -> Experim
                           "local_test_fraction": max(0.0, 1 - 1.5 * batch / per_client),
                           "validation_fraction": config.partition.validation_fraction},
             "participation": {"fraction": 1.0}, "public": {"size": public, "source": "carve"},
-            "training": {**raw["training"], "rounds": rounds},
+            "training": {**raw["training"], "rounds": rounds, "on_divergence": "train_on"},  # FLOPs, not the loss
             "evaluation": {**raw["evaluation"], "global_model": False, "local_models": False,
                            "clients_on_global_test": False},
             "tracking": {"mlflow": False}}
     return build_config(raw)
 
 
-def _counted(config: ExperimentConfig, data_dir: Path | None) -> int:
+def _counted(config: ExperimentConfig, data_dir: Path | None, partition_dir: Path) -> int:
     with FlopCounterMode(display=False) as counter:
-        run_federation(config, data_dir)
+        run_federation(config, data_dir, partition_dir)
     return int(counter.get_total_flops())
 
 
-_MEASURED: dict[str, float] = {}  # measurement config sha256 -> training FLOPs per trained image
+def measurement_partition(measured: ExperimentConfig, data_dir: Path | None, local_test_ratio: float) -> Partition:
+    """The measurement's partition: its config's clients (about 1.5 batches of train images each), with local
+    test sets of ``local_test_ratio`` times their train size, drawn (a seeded choice) from the images the config
+    holds out; the other held-out images are used by no client."""
+    partition = partition_for(measured, load_dataset(measured.dataset.name, data_dir), None)
+    stream = numpy_stream(measured.partition.seed, "cost-local-test")
+    partition.local_test = [np.sort(stream.choice(held, min(len(held), round(local_test_ratio * len(train))),
+                                                  replace=False))
+                            for train, held in zip(partition.train, partition.local_test)]
+    source = load_dataset(measured.dataset.name, data_dir).train_y
+    partition.local_test_counts = class_counts(source, partition.local_test, partition.num_classes)
+    return partition
 
 
-def _train_flops_per_image(measured: ExperimentConfig, data_dir: Path | None) -> float:
-    """FLOPs of round 2 of ``measured`` (a 2-round measurement config) per image it trained; measured
-    once per process (settings that differ only in their partition share it)."""
-    if measured.sha256 not in _MEASURED:
+_MEASURED: dict[tuple[str, float], float] = {}  # (measurement config sha256, local test ratio) -> FLOPs per image
+
+
+def _train_flops_per_image(measured: ExperimentConfig, local_test_ratio: float, data_dir: Path | None) -> float:
+    """FLOPs of round 2 of ``measured`` (a 2-round measurement config) per train image it trained, its clients
+    holding local test sets ``local_test_ratio`` times their train size (:func:`measurement_partition`); measured
+    once per process (settings that differ only in their partition and share the ratio share it)."""
+    key = (measured.sha256, local_test_ratio)
+    if key not in _MEASURED:
         one = _measurement(measured, measured.dataset.name, 1)
-        partition = partition_for(measured, load_dataset(measured.dataset.name, data_dir), None)
-        _MEASURED[measured.sha256] = (_counted(measured, data_dir) - _counted(one, data_dir)) / _images_per_round(
-            measured, [len(t) for t in partition.train])
-    return _MEASURED[measured.sha256]
+        partition = measurement_partition(measured, data_dir, local_test_ratio)
+        with tempfile.TemporaryDirectory() as folder:
+            saved = partition.save(folder)
+            _MEASURED[key] = (_counted(measured, data_dir, saved) - _counted(one, data_dir, saved)) / \
+                _images_per_round(measured, [len(t) for t in partition.train])
+    return _MEASURED[key]
 
 
 def _images_per_round(config: ExperimentConfig, sizes: list[int]) -> int:
@@ -224,7 +247,8 @@ def run_cost(config: ExperimentConfig, method: str, setting: str, data_dir: Path
     per_round = ev.global_model * spec.num_test + ev.local_models * sum(local_test) \
         + ev.clients_on_global_test * len(train) * spec.num_test
     measured = _measurement(config, stand_in(config, data_dir), 2)
-    return RunCost(method, setting, _train_flops_per_image(measured, data_dir),
+    local_test_ratio = round(sum(local_test) / max(sum(train), 1), 3)
+    return RunCost(method, setting, _train_flops_per_image(measured, local_test_ratio, data_dir),
                    forward_flops(model, entry.kind, spec.image_shape),
                    math.ceil(fraction * config.training.rounds * _images_per_round(config, train)),
                    len(evaluation_rounds(config)) * per_round, run_steps(config),
