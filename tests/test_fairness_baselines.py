@@ -281,6 +281,26 @@ def test_pfedck_mutual_losses_and_clusters() -> None:
     assert cluster_updates(updates[:2], 3) == [0, 1]
 
 
+def test_pfedck_mutual_losses_by_hand() -> None:
+    """Each model adds λ times its KD from the other and I adds μ·MSE(h_I, h_P): one sample of class 0, P's logits
+    (0, 0) and I's (ln 3, 0), so softmax(P) = (1/2, 1/2) and softmax(I) = (3/4, 1/4); λ = 2, μ = 3, τ = 1.
+    KD(P; I) = KL(I ‖ P) = ¾ ln(3/2) + ¼ ln(1/2), KD(I; P) = KL(P ‖ I) = ½ ln(2/3) + ½ ln 2 = ½ ln(4/3);
+    MSE((2, 0), (1, 2)) = (1 + 4)/2."""
+    p_out = (torch.tensor([[1.0, 2.0]]), torch.tensor([[0.0, 0.0]]))
+    i_out = (torch.tensor([[2.0, 0.0]]), torch.tensor([[math.log(3), 0.0]]))
+    loss_p, loss_i = mutual_losses(p_out, i_out, torch.tensor([0]), 2.0, 3.0, 1.0)
+    assert float(loss_p) == pytest.approx(math.log(2) + 2 * (0.75 * math.log(1.5) + 0.25 * math.log(0.5)), rel=1e-6)
+    assert float(loss_i) == pytest.approx(math.log(4 / 3) + 2 * 0.5 * math.log(4 / 3) + 3 * 2.5, rel=1e-6)
+
+
+def test_pfedck_clusters_into_the_configured_number_and_no_more_clients_than_clusters_need_none() -> None:
+    """Updates in three directions fall in ``clusters`` = 3 groups. With as many clients as clusters each is its own
+    cluster without clustering, even a client whose model did not move (cosine distance cannot place a zero update)."""
+    e1, e2, e3 = torch.eye(3)
+    assert cluster_updates([e1, e2, e3, 2 * e1 + 0.1 * e3], 3) == [0, 1, 2, 0]
+    assert cluster_updates([torch.zeros(3), e1, e2], 3) == [0, 1, 2]
+
+
 @pytest.mark.parametrize("persistent", [False, True])
 def test_pfedck_interactive_optimiser_is_fresh_each_round_unless_persistent_and_follows_the_lr_schedule(
         persistent: bool) -> None:
@@ -303,6 +323,68 @@ def test_pfedck_interactive_optimiser_is_fresh_each_round_unless_persistent_and_
     algo.local_pass(2, client)
     second = client.state.optimizer
     assert second is not None and (second is first) == persistent and second.param_groups[0]["lr"] == 0.005
+
+
+def _pfedck_client(batch_size: int, **training: Any) -> tuple[Any, Client]:
+    """A pFedCK client of 8 samples on the MLP, its context at ``training.batch_size`` = ``batch_size``."""
+    from bench.algorithms.pfedck import PFedCKClient
+    from bench.engine.context import Context
+    from bench.engine.state import ClientData
+
+    cfg = small_config(training={"batch_size": batch_size, **training}, model={"name": "mlp"})
+    ctx = Context(cfg, (1, 8, 8), 10, torch.device("cpu"))
+    x, y = torch.rand(8, 1, 8, 8, generator=torch.Generator().manual_seed(0)), torch.arange(8)
+    return ctx, Client(3, ClientData(x, y, x, y), ctx.build_model("personal"),
+                       PFedCKClient(interactive=ctx.build_model("interactive")))
+
+
+@pytest.mark.parametrize("batch_size", [8, 3])
+def test_pfedck_local_pass_reports_the_mean_of_the_personal_models_batch_losses(
+        batch_size: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The pass's loss is the mean over its batches (one batch, or three of 3, 3 and 2) of L_P as P's loop took it."""
+    from bench.algorithms.pfedck import PFedCK, PFedCKParams
+    from bench.engine.loop import Loop
+
+    ctx, client = _pfedck_client(batch_size)
+    taken: list[float] = []
+    run = Loop.run
+
+    def personal_run(loop: Loop, batches: Any, step_fn: Any) -> float:
+        loss = run(loop, batches, step_fn)
+        if loop.params and loop.params[0] is next(client.model.parameters()):
+            taken.append(loss)
+        return loss
+
+    monkeypatch.setattr(Loop, "run", personal_run)
+    loss = PFedCK(PFedCKParams(), ctx).local_pass(1, client)
+    assert len(taken) == (1 if batch_size == 8 else 3)
+    assert loss == pytest.approx(sum(taken) / len(taken), rel=1e-12)
+
+
+def test_pfedck_interactive_model_trains_as_the_personal_one_clipped_and_guarded(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """I_k's loop is P_k's in all but its model: its own parameters, the round, the client's id (a divergence
+    message names it), ``training.grad_clip`` and the run's loss guard."""
+    import bench.algorithms.pfedck as pfedck
+    from bench.engine.loop import Loop
+
+    ctx, client = _pfedck_client(8, grad_clip=0.5)
+    loops: list[Loop] = []
+
+    class Recording(Loop):
+        def run(self, batches: Any, step_fn: Any) -> float:
+            loops.append(self)
+            return super().run(batches, step_fn)
+
+    monkeypatch.setattr(pfedck, "Loop", Recording)
+    personal = ctx.client_loop(client, 2)
+    pfedck.PFedCK(pfedck.PFedCKParams(), ctx).local_pass(2, client)
+    assert client.state.interactive is not None and len(loops) == 1
+    interactive = loops[0]
+    assert [id(p) for p in interactive.params] == [id(p) for p in client.state.interactive.parameters()]
+    assert (interactive.round, interactive.who, interactive.grad_clip) == (2, 3, 0.5)
+    assert (personal.round, personal.who, personal.grad_clip) == (2, 3, 0.5)
+    assert interactive.guard is ctx.loss_guard and personal.guard is ctx.loss_guard
 
 
 def test_pfedck_server_rounds_by_hand() -> None:
