@@ -20,7 +20,7 @@ from bench.algorithms.fedave import (batch_losses, distribution_factors, downloa
                                     reputation_update as fedave_reputation)
 from bench.algorithms.feddc import correction_term, corrected_state, drift_penalty
 from bench.algorithms.fedmpr import FedMPR, FedMPRParams, l2_penalty, magnitude_prune
-from bench.algorithms.fedsac import apply_mask, conv_filters, filter_importance, reputations, submodel_mask
+from bench.algorithms.fedsac import Submodel, apply_mask, conv_filters, filter_importance, reputations, submodel_mask
 from bench.algorithms.pfedck import cluster_updates, mutual_losses
 from bench.engine.ledger import payload_bytes
 from bench.engine.state import Client, Server
@@ -234,6 +234,8 @@ def test_fedsac_reputations_and_submodels_by_hand() -> None:
     assert submodel_mask(60.0, importance, "share").tolist() == [False, True, True, False, True]  # ⌊3⌋ filters
     assert submodel_mask(2.0, importance, "count").tolist() == [False, True, True, False, False]
     assert submodel_mask(0.0, importance, "count").sum() == 1  # at least one filter
+    tied = submodel_mask(10.0, torch.zeros(96), "count")  # filter_importance's all-zero case: every filter ties
+    assert tied.nonzero().flatten().tolist() == list(range(10))
 
 
 def test_fedsac_filter_importance_and_masks_on_a_tiny_convnet() -> None:
@@ -265,6 +267,276 @@ def test_fedsac_filter_importance_and_masks_on_a_tiny_convnet() -> None:
     assert masked["net.0.weight"].view(-1).tolist() == [1.0, 0.0, 3.0]
 
 
+class _TwoConvNet(nn.Module):
+    """conv1 (2 filters) → BN → ReLU → conv2 (3 filters) → spatial mean → fc: five filters for FedSAC to allocate."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv1, self.bn, self.conv2, self.fc = nn.Conv2d(1, 2, 1), nn.BatchNorm2d(2), nn.Conv2d(2, 3, 1), nn.Linear(3, 2)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        h = self.conv2(torch.relu(self.bn(self.conv1(x)))).mean((2, 3))
+        return h, self.fc(h)
+
+
+def _two_conv_net(value: float) -> _TwoConvNet:
+    """The net with every parameter and BN statistic at ``value`` except fc's second row (−``value``) and the conv
+    filters: filter i (in :func:`conv_filters`' order) has weights and bias ``value + i``."""
+    net = _TwoConvNet()
+    with torch.no_grad():
+        for tensor in net.state_dict().values():
+            tensor.fill_(value)
+        net.fc.weight[1] = -value  # class 1's logit the opposite of class 0's: the filters get gradients
+        for i, (weight, bias, channel) in enumerate(conv_filters(net)):
+            net.state_dict()[weight][channel] = value + i
+            assert bias is not None
+            net.state_dict()[bias][channel] = value + i
+    return net
+
+
+def _random_two_conv_net(seed: int) -> _TwoConvNet:
+    """The net with standard normal parameters from its own generator."""
+    net, generator = _TwoConvNet(), torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for param in net.parameters():
+            param.copy_(torch.randn(param.shape, generator=generator))
+    return net
+
+
+def _filter_values(state: dict[str, torch.Tensor]) -> list[float]:
+    """Each filter's first weight."""
+    return [float(state[weight][channel].flatten()[0]) for weight, _, channel in conv_filters(_TwoConvNet())]
+
+
+def test_fedsac_first_allocation_round_and_which_rounds_allocate() -> None:
+    """R = 20: paper ⌊0.75·20⌋ + 1 = 16, the code ⌊20/2⌋ + 1 = 11, ``allocation_round`` wins; ``every`` allocates
+    from it on, ``once`` only then. R = 5: ⌊3.75⌋ + 1 = 4 and ⌊2.5⌋ + 1 = 3."""
+    from types import SimpleNamespace
+
+    from bench.algorithms.fedsac import FedSAC, FedSACParams
+
+    def rounds(total: int = 20, **params: Any) -> list[int]:
+        ctx = SimpleNamespace(config=SimpleNamespace(training=SimpleNamespace(rounds=total)))
+        algo = FedSAC(FedSACParams(**params), cast(Any, ctx))
+        return [r for r in range(1, total + 1) if algo.allocates(r)]
+
+    assert rounds() == list(range(16, 21))
+    assert rounds(mode="code") == [11]
+    assert rounds(first_allocation="half") == list(range(11, 21))
+    assert rounds(allocation="once") == [16]
+    assert rounds(allocation_round=3) == list(range(3, 21)) and rounds(mode="code", allocation_round=3) == [3]
+    assert rounds(5) == [4, 5] and rounds(5, mode="code") == [3] and rounds(5, first_allocation="half") == [3, 4, 5]
+
+
+@pytest.mark.parametrize(("allocation", "keep"), [("every", "share"), ("once", "share"), ("every", "count")])
+def test_fedsac_allocates_by_reputation_and_the_global_models_filter_importance(allocation: str, keep: str) -> None:
+    """Round 1 sets the reputations (β = 1 here) from the contributions and allocates nothing; at the first
+    allocation (round 2) each of the federation's clients gets :func:`submodel_mask` of its reputation over the
+    global model's filter importance on the server's validation set (its source the ``validation`` reading);
+    in round 3 ``every`` allocates again and ``once`` drops the masks (every client: the full model). ``keep: count``
+    gives each ⌊r⌋ ≥ 5 filters: all five."""
+    from types import SimpleNamespace
+
+    from bench.algorithms.fedsac import Contribution, FedSAC, FedSACParams, FedSACServer
+
+    x = torch.rand(6, 1, 2, 2, generator=torch.Generator().manual_seed(1))
+    y = torch.tensor([0, 1, 0, 1, 1, 0])
+    sources: list[str] = []
+
+    def server_validation(source: str) -> tuple[torch.Tensor, torch.Tensor]:
+        sources.append(source)
+        return x, y
+
+    ctx = SimpleNamespace(config=SimpleNamespace(training=SimpleNamespace(rounds=3),
+                                                 partition=SimpleNamespace(num_clients=3)),
+                          server_validation=server_validation)
+    net = _random_two_conv_net(4)
+    server = Server(net, FedSACServer())
+    algo = FedSAC(FedSACParams(beta=1.0, allocation_round=2, allocation=allocation, keep=keep,
+                               validation="head"), cast(Any, ctx))
+    contributions = [Contribution(torch.tensor(c, dtype=torch.float64)) for c in (0.9, 0.5, 0.2)]
+    assert algo.allocate(1, server, contributions) == {}
+    assert server.state.contribution is not None and server.state.contribution.tolist() == [0.9, 0.5, 0.2]
+    assert server.state.reputation is not None
+    assert server.state.reputation.tolist() == pytest.approx([100.0, 100 * math.exp(-0.4), 100 * math.exp(-0.7)])
+    assert server.state.masks == {} and sources == []
+    algo.allocate(2, server, [])
+    importance = filter_importance(net, conv_filters(net), x, y)
+    assert sources == ["head"] and server.state.importance is not None
+    assert torch.equal(server.state.importance, importance) and float(importance.sum()) == pytest.approx(100.0)
+    expected = {cid: submodel_mask(100 * math.exp(c - 0.9), importance, cast(Any, keep))
+                for cid, c in enumerate((0.9, 0.5, 0.2))}
+    assert {cid: m.tolist() for cid, m in server.state.masks.items()} == {cid: m.tolist() for cid, m in expected.items()}
+    assert [int(m.sum()) for m in server.state.masks.values()] == ([5, 3, 2] if keep == "share" else [5, 5, 5])
+    # ⌊r·5/100⌋: 5, 3.35, 2.48; ⌊r⌋: 100, 67, 49
+    algo.allocate(3, server, [])
+    assert len(server.state.masks) == (3 if allocation == "every" else 0)
+
+
+def test_fedsac_sends_each_client_its_submodel_to_train_and_as_its_reward() -> None:
+    """Client 0 keeps filters 0, 3 and 4, client 1 has no mask (the full model). The paper sends client 0 the global
+    model with filters 1 and 2 zeroed, to train and as its reward; the code's ``layer_freeze`` trains the full global
+    model (with the mask, for the freezing) and rewards with the zeroed one."""
+    from bench.algorithms.fedsac import FedSAC, FedSACClient, FedSACParams, FedSACServer
+
+    mask = torch.tensor([True, False, False, True, True])
+    global_net = _two_conv_net(1.0)
+    server = Server(global_net, FedSACServer(masks={0: mask}))
+    for mode, trained in (("paper", [1.0, 0.0, 0.0, 4.0, 5.0]), ("code", [1.0, 2.0, 3.0, 4.0, 5.0])):
+        algo = FedSAC(FedSACParams(mode=mode), cast(Any, None))
+        sent, reward = algo.broadcast(1, server, 0), algo.reward(1, server, 0)
+        assert _filter_values(sent.state) == trained and sent.mask is mask
+        assert _filter_values(reward.state) == [1.0, 0.0, 0.0, 4.0, 5.0] and reward.mask is mask
+        assert float(reward.state["conv1.weight"][1].sum()) == 0.0 == float(reward.state["conv1.bias"][1]) and float(reward.state["fc.weight"][0].sum()) == 3.0
+        full = algo.reward(1, server, 1)
+        assert _filter_values(full.state) == [1.0, 2.0, 3.0, 4.0, 5.0] and full.mask is None
+        client = Client(0, cast(Any, None), _two_conv_net(7.0), FedSACClient())
+        algo.receive_reward(1, client, reward)
+        assert _filter_values(client.model.state_dict()) == [1.0, 0.0, 0.0, 4.0, 5.0]
+    assert _filter_values(global_net.state_dict()) == [1.0, 2.0, 3.0, 4.0, 5.0]  # the global model untouched
+
+
+@pytest.mark.parametrize("aggregate", ["dynamic", "masked_mean"])
+def test_fedsac_aggregate_by_hand(aggregate: str) -> None:
+    """Global filters 9..13, every other entry 9; client 0 (n = 1) uploads filters 1..5 and 1 elsewhere, keeping
+    filters 0 and 2; client 1 (n = 3) uploads 5..9 and 5, keeping 0–2 (client 2, n = 4, uploads 2..6 and 2 and has
+    no mask: all). Dynamic: each filter the size-weighted mean of its holders' (filter 0: (1 + 3·5 + 4·2)/8 = 3,
+    filter 3: client 2's 5), every other entry over all clients, (1 + 15 + 8)/8 = 3. Without client 2 filters 3
+    and 4 have no holder and keep the global values. The code: the uniform mean of conv and fc weights and biases
+    with the un-kept filters as zeros; BN (its weights and statistics) stays the global model's."""
+    from bench.algorithms.fedsac import FedSAC, FedSACParams, FedSACServer, TrainedModel
+
+    def upload(cid: int, value: float, n: int) -> TrainedModel:
+        return TrainedModel(cid, _two_conv_net(value).state_dict(), n)
+
+    masks = {0: torch.tensor([True, False, True, False, False]), 1: torch.tensor([True, True, True, False, False])}
+    algo = FedSAC(FedSACParams(aggregate=aggregate), cast(Any, None))
+
+    def aggregated(*updates: TrainedModel) -> dict[str, torch.Tensor]:
+        server = Server(_two_conv_net(9.0), FedSACServer(masks=dict(masks)))
+        assert algo.aggregate(1, server, list(updates)) == {}
+        assert server.model is not None
+        return server.model.state_dict()
+
+    three = aggregated(upload(0, 1.0, 1), upload(1, 5.0, 3), upload(2, 2.0, 4))
+    two = aggregated(upload(0, 1.0, 1), upload(1, 5.0, 3))
+    if aggregate == "dynamic":
+        assert _filter_values(three) == pytest.approx([3.0, (3 * 6 + 4 * 3) / 7, (3 + 3 * 7 + 4 * 4) / 8, 5.0, 6.0])
+        assert float(three["fc.weight"][0, 0]) == pytest.approx(3.0) and float(three["bn.weight"][0]) == pytest.approx(3.0)
+        assert float(three["bn.running_mean"][0]) == pytest.approx(3.0)
+        assert float(three["conv2.bias"][0]) == pytest.approx(5.0) and float(three["conv1.bias"][1]) == pytest.approx(30 / 7)
+        assert _filter_values(two) == pytest.approx([4.0, 6.0, (3 + 3 * 7) / 4, 12.0, 13.0])
+        assert float(two["fc.bias"][1]) == pytest.approx(4.0)
+    else:
+        assert _filter_values(three) == pytest.approx([8 / 3, 3.0, 14 / 3, 5 / 3, 2.0])
+        assert float(three["fc.weight"][0, 0]) == pytest.approx(8 / 3) and float(three["conv2.weight"][0, 1]) == pytest.approx(14 / 3)
+        assert float(three["bn.weight"][0]) == 9.0 and float(three["bn.running_mean"][0]) == 9.0
+        assert float(three["conv1.bias"][1]) == pytest.approx(3.0) and float(three["conv2.bias"][2]) == pytest.approx(2.0)
+        assert _filter_values(two) == pytest.approx([3.0, 3.0, 5.0, 0.0, 0.0])
+        assert float(two["fc.bias"][1]) == pytest.approx(3.0)
+
+
+@pytest.mark.parametrize("train", ["submodel", "layer_freeze"])
+def test_fedsac_trains_the_submodel_or_freezes_each_layer_by_its_last_filter(train: str) -> None:
+    """Client 0 keeps filters 0, 2 and 3 (conv1's first; conv2's first two), client 1 filters 1 and 4 (the last of
+    each layer); each trains one SGD step. The paper: its submodel, the un-kept filters zeroed and left at 0, every
+    kept filter moving. The code: the full model, each conv layer frozen whole iff its last filter is un-kept
+    (client 0: both layers, client 1: neither). Afterwards every parameter trains again: a step with no mask moves
+    every filter."""
+    from bench.algorithms.fedsac import FedSAC, FedSACClient, FedSACParams, FedSACServer
+    from bench.engine.context import Context
+    from bench.engine.state import ClientData
+
+    ctx = Context(small_config(training={"optimizer": {"name": "sgd", "lr": 0.5}, "batch_size": 8},
+                               model={"name": "mlp"}), (1, 2, 2), 2, torch.device("cpu"))
+    x = torch.rand(8, 1, 2, 2, generator=torch.Generator().manual_seed(2))
+    y = torch.tensor([0, 1, 1, 0, 1, 0, 0, 1])
+    masks = {0: torch.tensor([True, False, True, True, False]), 1: torch.tensor([False, True, False, False, True])}
+    server = Server(_two_conv_net(0.3), FedSACServer(masks=masks))
+    client = Client(0, ClientData(x, y, x, y), _TwoConvNet(), FedSACClient())
+    algo = FedSAC(FedSACParams(train=train), ctx)
+    for cid, mask in masks.items():
+        sent = algo.broadcast(1, server, cid)
+        before = _filter_values(sent.state)
+        loss = algo.train(1, client, sent)
+        after = _filter_values(client.model.state_dict())
+        assert loss > 0 and float(client.model.state_dict()["fc.bias"][0]) != 0.3
+        moved = [a != b for a, b in zip(after, before)]
+        if train == "submodel":
+            assert moved == mask.tolist() and all(a == 0.0 for a, kept in zip(after, mask.tolist()) if not kept)
+        else:
+            assert moved == [cid == 1] * 5
+        assert all(p.requires_grad for p in client.model.parameters())
+    full = _two_conv_net(0.3).state_dict()
+    algo.train(2, client, Submodel(full, None))
+    assert all(a != b for a, b in zip(_filter_values(client.model.state_dict()), _filter_values(full)))
+
+
+def test_fedsac_client_uploads_its_trained_model_and_records_its_submodel_share() -> None:
+    """The upload: a copy of the trained model, the client's id and train size, its loss as ``train_loss``; the
+    client keeps the mask it was sent (``submodel_share`` = 3 of 5 filters; no mask: 1), and the records carry each
+    client's contribution and reputation once they are known."""
+    from types import SimpleNamespace
+
+    from bench.algorithms.fedsac import FedSAC, FedSACClient, FedSACParams, FedSACServer, Submodel
+
+    algo = FedSAC(FedSACParams(), cast(Any, None))
+    setattr(algo, "train", lambda round_index, c, submodel: 0.25)  # the training itself: the test above
+    mask = torch.tensor([True, False, False, True, True])
+    clients = [Client(cid, cast(Any, SimpleNamespace(num_samples=5 + cid)), _two_conv_net(1.0), FedSACClient())
+               for cid in range(2)]
+    update, metrics = algo.client_update(1, clients[0], Submodel(clients[0].model.state_dict(), mask))
+    assert (update.cid, update.num_samples, metrics) == (0, 5, {"train_loss": 0.25})
+    assert torch.equal(update.state["fc.weight"], clients[0].model.state_dict()["fc.weight"])
+    assert update.state["fc.weight"].data_ptr() != clients[0].model.state_dict()["fc.weight"].data_ptr()
+    assert clients[0].state.mask is mask
+    algo.client_update(1, clients[1], Submodel(clients[1].model.state_dict(), None))
+    server = Server(None, FedSACServer())
+    assert algo.client_records(server, clients) == {"submodel_share": {0: pytest.approx(0.6), 1: 1.0}}
+    server.state.contribution = torch.tensor([0.5, 0.25], dtype=torch.float64)
+    server.state.reputation = torch.tensor([100.0, 60.0], dtype=torch.float64)
+    assert algo.client_records(server, clients) == {"submodel_share": {0: pytest.approx(0.6), 1: 1.0},
+                                                     "contribution": {0: 0.5, 1: 0.25}, "reputation": {0: 100.0, 1: 60.0}}
+
+
+@pytest.mark.parametrize("split", ["validation", "test"])
+def test_fedsac_measures_the_contribution_on_the_validation_or_local_test_split(
+        split: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The validation split holds the test split's images with the other label, so its accuracy is 1 − the test
+    split's (7 images: never ½); without a validation split, the paper's reading stops with the fix named. Each of
+    the ``contribution_epochs`` = 2 epochs trains as Standalone's round of that index: the client's own model, its
+    id naming it, ``training.grad_clip`` and the run's loss guard."""
+    import bench.algorithms.fedsac as fedsac
+    from bench.engine.context import Context
+    from bench.engine.loop import Loop
+    from bench.engine.state import ClientData
+    from bench.errors import BenchError
+
+    loops: list[Loop] = []
+
+    class Recording(Loop):
+        def run(self, batches: Any, step_fn: Any) -> float:
+            loops.append(self)
+            return super().run(batches, step_fn)
+
+    monkeypatch.setattr(fedsac, "Loop", Recording)
+    ctx = Context(small_config(model={"name": "mlp"}, training={"grad_clip": 5.0}), (1, 2, 2), 2, torch.device("cpu"))
+    x = torch.rand(7, 1, 2, 2, generator=torch.Generator().manual_seed(3))
+    y = torch.tensor([0, 1, 1, 0, 1, 0, 0])
+    algo = fedsac.FedSAC(fedsac.FedSACParams(contribution_split=split, contribution_epochs=2), ctx)
+    client = Client(4, ClientData(x, y, x, y, x, 1 - y), ctx.build_model("unused"), fedsac.FedSACClient())
+    measured = algo.contribution(client)
+    assert [(loop.round, loop.who, loop.grad_clip) for loop in loops] == [(1, 4, 5.0), (2, 4, 5.0)]
+    assert all(loop.guard is ctx.loss_guard for loop in loops)
+    assert loops[0].params and loops[0].params == loops[1].params
+    assert all(p.shape == q.shape for p, q in zip(loops[0].params, client.model.parameters()))
+    other = fedsac.FedSAC(fedsac.FedSACParams(contribution_split="test" if split == "validation" else "validation",
+                                              contribution_epochs=2), ctx).contribution(client)
+    assert measured == pytest.approx(1 - other) and measured * 7 == pytest.approx(round(measured * 7))
+    if split == "validation":
+        with pytest.raises(BenchError, match="partition.validation_fraction > 0, or contribution_split: test"):
+            algo.contribution(Client(4, ClientData(x, y, x, y), ctx.build_model("unused"), fedsac.FedSACClient()))
+
 # -- pFedCK, FedDC, FedAS, FedMPR ---------------------------------------------------------------------
 
 
@@ -279,6 +551,26 @@ def test_pfedck_mutual_losses_and_clusters() -> None:
     updates = [torch.tensor([1.0, 0.0]), torch.tensor([0.0, 1.0]), torch.tensor([2.0, 0.1]), torch.tensor([0.1, 3.0])]
     assert cluster_updates(updates, 2) == [0, 1, 0, 1]
     assert cluster_updates(updates[:2], 3) == [0, 1]
+
+
+def test_pfedck_mutual_losses_by_hand() -> None:
+    """Each model adds λ times its KD from the other and I adds μ·MSE(h_I, h_P): one sample of class 0, P's logits
+    (0, 0) and I's (ln 3, 0), so softmax(P) = (1/2, 1/2) and softmax(I) = (3/4, 1/4); λ = 2, μ = 3, τ = 1.
+    KD(P; I) = KL(I ‖ P) = ¾ ln(3/2) + ¼ ln(1/2), KD(I; P) = KL(P ‖ I) = ½ ln(2/3) + ½ ln 2 = ½ ln(4/3);
+    MSE((2, 0), (1, 2)) = (1 + 4)/2."""
+    p_out = (torch.tensor([[1.0, 2.0]]), torch.tensor([[0.0, 0.0]]))
+    i_out = (torch.tensor([[2.0, 0.0]]), torch.tensor([[math.log(3), 0.0]]))
+    loss_p, loss_i = mutual_losses(p_out, i_out, torch.tensor([0]), 2.0, 3.0, 1.0)
+    assert float(loss_p) == pytest.approx(math.log(2) + 2 * (0.75 * math.log(1.5) + 0.25 * math.log(0.5)), rel=1e-6)
+    assert float(loss_i) == pytest.approx(math.log(4 / 3) + 2 * 0.5 * math.log(4 / 3) + 3 * 2.5, rel=1e-6)
+
+
+def test_pfedck_clusters_into_the_configured_number_and_no_more_clients_than_clusters_need_none() -> None:
+    """Updates in three directions fall in ``clusters`` = 3 groups. With as many clients as clusters each is its own
+    cluster without clustering, even a client whose model did not move (cosine distance cannot place a zero update)."""
+    e1, e2, e3 = torch.eye(3)
+    assert cluster_updates([e1, e2, e3, 2 * e1 + 0.1 * e3], 3) == [0, 1, 2, 0]
+    assert cluster_updates([torch.zeros(3), e1, e2], 3) == [0, 1, 2]
 
 
 @pytest.mark.parametrize("persistent", [False, True])
@@ -303,6 +595,68 @@ def test_pfedck_interactive_optimiser_is_fresh_each_round_unless_persistent_and_
     algo.local_pass(2, client)
     second = client.state.optimizer
     assert second is not None and (second is first) == persistent and second.param_groups[0]["lr"] == 0.005
+
+
+def _pfedck_client(batch_size: int, **training: Any) -> tuple[Any, Client]:
+    """A pFedCK client of 8 samples on the MLP, its context at ``training.batch_size`` = ``batch_size``."""
+    from bench.algorithms.pfedck import PFedCKClient
+    from bench.engine.context import Context
+    from bench.engine.state import ClientData
+
+    cfg = small_config(training={"batch_size": batch_size, **training}, model={"name": "mlp"})
+    ctx = Context(cfg, (1, 8, 8), 10, torch.device("cpu"))
+    x, y = torch.rand(8, 1, 8, 8, generator=torch.Generator().manual_seed(0)), torch.arange(8)
+    return ctx, Client(3, ClientData(x, y, x, y), ctx.build_model("personal"),
+                       PFedCKClient(interactive=ctx.build_model("interactive")))
+
+
+@pytest.mark.parametrize("batch_size", [8, 3])
+def test_pfedck_local_pass_reports_the_mean_of_the_personal_models_batch_losses(
+        batch_size: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The pass's loss is the mean over its batches (one batch, or three of 3, 3 and 2) of L_P as P's loop took it."""
+    from bench.algorithms.pfedck import PFedCK, PFedCKParams
+    from bench.engine.loop import Loop
+
+    ctx, client = _pfedck_client(batch_size)
+    taken: list[float] = []
+    run = Loop.run
+
+    def personal_run(loop: Loop, batches: Any, step_fn: Any) -> float:
+        loss = run(loop, batches, step_fn)
+        if loop.params and loop.params[0] is next(client.model.parameters()):
+            taken.append(loss)
+        return loss
+
+    monkeypatch.setattr(Loop, "run", personal_run)
+    loss = PFedCK(PFedCKParams(), ctx).local_pass(1, client)
+    assert len(taken) == (1 if batch_size == 8 else 3)
+    assert loss == pytest.approx(sum(taken) / len(taken), rel=1e-12)
+
+
+def test_pfedck_interactive_model_trains_as_the_personal_one_clipped_and_guarded(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """I_k's loop is P_k's in all but its model: its own parameters, the round, the client's id (a divergence
+    message names it), ``training.grad_clip`` and the run's loss guard."""
+    import bench.algorithms.pfedck as pfedck
+    from bench.engine.loop import Loop
+
+    ctx, client = _pfedck_client(8, grad_clip=0.5)
+    loops: list[Loop] = []
+
+    class Recording(Loop):
+        def run(self, batches: Any, step_fn: Any) -> float:
+            loops.append(self)
+            return super().run(batches, step_fn)
+
+    monkeypatch.setattr(pfedck, "Loop", Recording)
+    personal = ctx.client_loop(client, 2)
+    pfedck.PFedCK(pfedck.PFedCKParams(), ctx).local_pass(2, client)
+    assert client.state.interactive is not None and len(loops) == 1
+    interactive = loops[0]
+    assert [id(p) for p in interactive.params] == [id(p) for p in client.state.interactive.parameters()]
+    assert (interactive.round, interactive.who, interactive.grad_clip) == (2, 3, 0.5)
+    assert (personal.round, personal.who, personal.grad_clip) == (2, 3, 0.5)
+    assert interactive.guard is ctx.loss_guard and personal.guard is ctx.loss_guard
 
 
 def test_pfedck_server_rounds_by_hand() -> None:

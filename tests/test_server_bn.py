@@ -107,3 +107,56 @@ def test_test_set_passes_move_the_statistics_towards_the_test_sets() -> None:
         assert torch.equal(value, expected.state_dict()[key]), key
     assert plain.curves[0]["global_acc"] == leaked.curves[0]["global_acc"]  # round 1: no distillation, no passes
     assert plain.curves[1]["global_acc"] != leaked.curves[1]["global_acc"]
+
+
+def test_a_clients_estimate_leaves_its_own_model_as_it_was() -> None:
+    """``clients``: the client estimates the statistics of the model it was sent on a copy; its own model's parameters
+    and running statistics stay as they were."""
+    from bench.algorithms.feddf import FedDF, FedDFParams
+    from bench.engine.context import Context
+    from bench.engine.messages import ModelBroadcast
+    from bench.engine.state import Client, ClientData, NoState
+
+    class BatchNormNet(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.bn, self.fc = nn.BatchNorm1d(2), nn.Linear(2, 2)
+
+        def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            h = self.bn(x.flatten(1))
+            return h, self.fc(h)
+
+    ctx = Context(small_config(training={"batch_size": 4}), (1, 1, 2), 2, torch.device("cpu"))
+    x = torch.randn(8, 1, 1, 2, generator=torch.Generator().manual_seed(0)) * 3 + 1
+    own, sent = BatchNormNet(), BatchNormNet()
+    with torch.no_grad():
+        for p in sent.parameters():
+            p.add_(1.0)
+    before = copy.deepcopy(own.state_dict())
+    client = Client(0, ClientData(x, torch.zeros(8, dtype=torch.long), x, torch.zeros(8, dtype=torch.long)), own,
+                    NoState())
+    algo = FedDF(FedDFParams(student_bn_stats="clients"), ctx)
+    answer, _ = algo.client_statistics(1, client, ModelBroadcast(sent.state_dict(), None))
+    assert answer.num_samples == 8 and not torch.equal(answer.statistics["bn.running_mean"], before["bn.running_mean"])
+    assert all(torch.equal(v, before[k]) for k, v in own.state_dict().items())
+
+
+@pytest.mark.parametrize("rule", ["distilled", "averaged", "test"])
+def test_a_rule_that_sets_one_global_models_statistics_refuses_one_model_per_architecture(rule: str) -> None:
+    """With ``model.candidates`` the server holds no single global model: ``distilled`` leaves each as it is and
+    runs; a rule that sets one model's statistics stops with one line naming the fix."""
+    from typing import cast
+
+    from bench.algorithms.feddf import FedDF, FedDFParams
+    from bench.engine.state import NoState, Server
+    from bench.errors import BenchError
+
+    algo = FedDF(FedDFParams(student_bn_stats=rule), cast(Any, None))
+    setattr(algo, "aggregate", lambda round_index, server, updates: {"distill_loss": 0.5})  # the method's own round
+    server: Server[Any] = Server(None, NoState())
+    if rule == "distilled":
+        assert algo.aggregate_with_rule(1, server, []) == {"distill_loss": 0.5}
+    else:
+        with pytest.raises(BenchError, match=f"student_bn_stats: {rule} sets the statistics of one global model.*"
+                                             "set student_bn_stats: distilled"):
+            algo.aggregate_with_rule(1, server, [])
