@@ -10,16 +10,17 @@ import torch
 import torch.nn.functional as F
 
 from bench.algorithms import dafkd as dafkd_module
-from bench.algorithms.dafkd import (HEAD, DaFKD, DaFKDParams, adversarial_loss, correlation_weights,
-                                    distillation_loss, ensemble_teacher, generator_loss, gradient_penalty,
-                                    uniform_weights, weight_entropy)
+from bench.algorithms.dafkd import (HEAD, DaFKD, DaFKDParams, ReleasedLocalGAN, adversarial_loss,
+                                    correlation_weights, distillation_loss, ensemble_teacher, generator_loss,
+                                    gradient_penalty, uniform_weights, weight_entropy)
 from bench.algorithms.fedftg import (class_client_weights, discrepancy_loss, label_schedule, soft_cross_entropy,
                                      weighted_cross_entropy)
+from bench.engine.loop import Step
 from bench.experiment import build_config
 from bench.rng import torch_stream
 from bench.runner.federation import run_federation
 from bench.suites.statistics import Records, Statistic, aggregate
-from tests.conftest import small_config
+from tests.conftest import DiagonalLinear, small_config
 
 LN = math.log
 
@@ -412,3 +413,115 @@ def test_alpha_departs_from_uniform_when_the_clients_domains_differ() -> None:
     same, same_entropy = alpha_by_domain([lambda v: v] * 3)
     assert differ_entropy < 0.8 * LN(3) and differ.max() > 0.5, differ
     assert same_entropy > 0.99 * LN(3) and (same - 1 / 3).abs().max() < 0.05, same
+
+
+# -- the released code's local update (ReleasedLocalGAN) by hand ------------------------------------------------
+
+
+class DomainDiagonal(DiagonalLinear):
+    """:class:`DiagonalLinear` with a domain head ℓ(f) = f₁ − f₂ on its features (f = x)."""
+
+    def domain_logit(self, features: torch.Tensor) -> torch.Tensor:
+        return features[:, 0] - features[:, 1]
+
+
+def released_gan(round_index: int, **params: Any) -> tuple[Any, list[torch.Tensor]]:
+    """A code-mode client's :class:`ReleasedLocalGAN` for ``round_index`` (``params`` over the code's switches) whose
+    model is :class:`DomainDiagonal` and whose generator always gives the fake samples ``FAKE``; the list collects
+    each generator call's noise stream (one entry per forward)."""
+    result = run_federation(dafkd_config(rounds=1, mode="code"))
+    algorithm: DaFKD = result.state.algorithm
+    algorithm.params = algorithm.params.model_copy(update=params)
+    gan = ReleasedLocalGAN(algorithm, result.state.clients[0], round_index)
+    calls: list[torch.Tensor] = []
+    gan.model = DomainDiagonal()
+    gan.sample = lambda generator, n, rng: calls.append(rng) or FAKE[:n]
+    return gan, calls
+
+
+X, Y = torch.tensor([[1.0, 0.0], [0.0, 1.0]]), torch.tensor([0, 1])
+FAKE = torch.tensor([[0.0, 0.0], [2.0, 1.0]])
+
+
+def softplus(a: float) -> float:
+    return LN(1 + math.exp(a))
+
+
+@pytest.mark.parametrize("adv_loss", ["separate", "joint"])
+def test_released_local_loss_by_hand_in_each_phase(adv_loss: str) -> None:
+    """§1.7.2, §1.7.4 (``mode: code``): on x = (1, 0), (0, 1), y = (0, 1), logits x·diag(1, 2), ℓ(x) = x₁ − x₂ and
+    x̂ = (0, 0), (2, 1): rounds 1-3 of the early schedule minimise CE + L_adv (the code's two BCE means, or Eq. 2's
+    one) + λ·mean((‖∇σ(ℓ(x̃))‖ − 1)²) on x̃ = u·x + (1 − u)·x̂, u the step's next two uniform draws; from round 4
+    CE alone (the penalty is still drawn); from round 6 the generator also runs a forward it takes no step on."""
+    ce = (softplus(-1) + softplus(-2)) / 2  # −log softmax((1, 0))₀, −log softmax((0, 2))₁
+    real, fake = [1.0, -1.0], [0.0, 1.0]  # ℓ(x), ℓ(x̂)
+    adv = ((sum(softplus(-r) for r in real) / 2 + sum(softplus(f) for f in fake) / 2) if adv_loss == "separate"
+           else (sum(softplus(-r) for r in real) + sum(softplus(f) for f in fake)) / 4)
+    u = torch.rand(2, generator=torch.Generator().manual_seed(7)).tolist()
+    mixed = [[ui * a + (1 - ui) * b for a, b in zip(xi, fi)] for ui, xi, fi in zip(u, X.tolist(), FAKE.tolist())]
+    slopes = [math.sqrt(2) * (s := 1 / (1 + math.exp(-(m[0] - m[1])))) * (1 - s) for m in mixed]  # ∇σ(ℓ) = σ'·(1, −1)
+    penalty = 0.3 * sum((g - 1) ** 2 for g in slopes) / 2
+    for round_index, expected, forwards in ((1, ce + adv + penalty, 1), (3, ce + adv + penalty, 1), (4, ce, 1),
+                                            (5, ce, 1), (6, ce, 2)):
+        gan, calls = released_gan(round_index, adv_loss=adv_loss)
+        rng = torch.Generator().manual_seed(7)
+        loss = gan.classifier_loss(Step(round_index, 0, rng), 0, X, Y)
+        assert loss.item() == pytest.approx(expected, rel=1e-6), round_index
+        assert len(calls) == forwards and all(c is rng for c in calls)
+        assert torch.equal(gan.last_batch[0], X @ torch.diag(torch.tensor([1.0, 2.0])))
+        assert torch.equal(gan.last_batch[1], Y)
+        assert gan.real_out[-1].item() == pytest.approx(0.5)  # mean σ(±1)
+        assert gan.fake_out[-1].item() == pytest.approx((0.5 + 1 / (1 + math.exp(-1))) / 2)
+    gan, _ = released_gan(1, adv_loss=adv_loss, gradient_penalty=0.0)  # λ = 0: no penalty, no draw
+    rng = torch.Generator().manual_seed(7)
+    assert gan.classifier_loss(Step(1, 0, rng), 0, X, Y).item() == pytest.approx(ce + adv, rel=1e-6)
+    assert torch.equal(torch.rand(2, generator=rng), torch.tensor(u))
+    gan, _ = released_gan(6, adv_loss=adv_loss, local_gan="always")  # the paper's schedule through the code's loss
+    assert gan.classifier_loss(Step(6, 0, torch.Generator().manual_seed(7)), 7, X, Y).item() == pytest.approx(
+        ce + adv + penalty, rel=1e-6)
+
+
+def test_released_plateau_schedule_steps_on_the_running_mean_of_each_epochs_last_batch() -> None:
+    """§1.6 (``local_schedule: plateau``): between local epochs, ReduceLROnPlateau(factor 0.2, patience 2) on the
+    client's optimiser steps on the mean over epochs so far of each epoch's last-batch cross-entropy. Last-batch
+    CEs 1, 0.5, 3, 3, 3 give running means 1, 0.75, 1.5, 1.875, 2.1: the best is 0.75, and the third mean above it
+    (the fifth epoch) cuts the learning rate to 0.2×. Without the switch, or before any batch, nothing steps."""
+    def batch(ce: float) -> tuple[torch.Tensor, torch.Tensor]:  # one sample whose cross-entropy is ce
+        return torch.tensor([[-LN(math.exp(ce) - 1), 0.0]]), torch.tensor([0])
+
+    gan, _ = released_gan(1)
+    lr = gan.optimizer.param_groups[0]["lr"]
+    gan.between_epochs()  # no batch yet
+    assert gan.epoch_losses == [] and gan.scheduler.last_epoch == 0
+    rates = []
+    for ce in (1.0, 0.5, 3.0, 3.0, 3.0):
+        gan.last_batch = batch(ce)
+        gan.between_epochs()
+        rates.append(gan.optimizer.param_groups[0]["lr"])
+    assert gan.epoch_losses == pytest.approx([1.0, 0.5, 3.0, 3.0, 3.0], rel=1e-5)
+    assert gan.scheduler.best == pytest.approx(0.75, rel=1e-5)
+    assert rates == pytest.approx([lr] * 4 + [0.2 * lr])
+    constant, _ = released_gan(1, local_schedule="constant")
+    constant.last_batch = batch(1.0)
+    constant.between_epochs()
+    assert constant.scheduler is None and constant.epoch_losses == []
+
+
+def test_released_local_update_steps_each_batch_then_the_generator_and_the_schedule_between_epochs(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The order of a code-mode local update over 6 epochs of 2 batches in round 1: each batch one classifier step,
+    then one generator step while the generator trains (local epochs 1-5), and the plateau schedule between two
+    epochs (5 times, not after the last)."""
+    result = run_federation(dafkd_config(rounds=1, mode="code"))
+    algorithm: DaFKD = result.state.algorithm
+    client = result.state.clients[0]
+    events: list[str] = []
+    gan = ReleasedLocalGAN(algorithm, client, 1)
+    for name, label in (("classifier_loss", "C"), ("generator_objective", "G"), ("between_epochs", "|")):
+        original = getattr(gan, name)
+        monkeypatch.setattr(gan, name, lambda *a, original=original, label=label: events.append(label) or original(*a))
+    data = client.data
+    epochs = [[(data.x[i:i + 4], data.y[i:i + 4]) for i in (0, 4)] for _ in range(6)]
+    gan.train(epochs)
+    assert "".join(events) == "CGCG|" * 5 + "CC"
+    assert (len(gan.losses), len(gan.g_losses), len(gan.epoch_losses)) == (12, 10, 5)
