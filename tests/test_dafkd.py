@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from bench.algorithms import dafkd as dafkd_module
-from bench.algorithms.dafkd import (HEAD, DaFKD, DaFKDParams, ReleasedLocalGAN, adversarial_loss,
+from bench.algorithms.dafkd import (HEAD, DaFKD, DaFKDParams, LocalGAN, ReleasedLocalGAN, adversarial_loss,
                                     correlation_weights, distillation_loss, ensemble_teacher, generator_loss,
                                     gradient_penalty, uniform_weights, weight_entropy)
 from bench.algorithms.fedftg import (class_client_weights, discrepancy_loss, label_schedule, soft_cross_entropy,
@@ -425,14 +425,15 @@ class DomainDiagonal(DiagonalLinear):
         return features[:, 0] - features[:, 1]
 
 
-def released_gan(round_index: int, **params: Any) -> tuple[Any, list[torch.Tensor]]:
-    """A code-mode client's :class:`ReleasedLocalGAN` for ``round_index`` (``params`` over the code's switches) whose
-    model is :class:`DomainDiagonal` and whose generator always gives the fake samples ``FAKE``; the list collects
-    each generator call's noise stream (one entry per forward)."""
-    result = run_federation(dafkd_config(rounds=1, mode="code"))
+def released_gan(round_index: int, gan_class: type[LocalGAN] = ReleasedLocalGAN, mode: str = "code",
+                 **params: Any) -> tuple[Any, list[torch.Tensor]]:
+    """A ``mode`` client's local update (:class:`ReleasedLocalGAN`, or ``gan_class``) for ``round_index``
+    (``params`` over the mode's switches) whose model is :class:`DomainDiagonal` and whose generator always gives
+    the fake samples ``FAKE``; the list collects each generator call's noise stream (one entry per forward)."""
+    result = run_federation(dafkd_config(rounds=1, mode=mode))
     algorithm: DaFKD = result.state.algorithm
     algorithm.params = algorithm.params.model_copy(update=params)
-    gan = ReleasedLocalGAN(algorithm, result.state.clients[0], round_index)
+    gan = gan_class(algorithm, result.state.clients[0], round_index)
     calls: list[torch.Tensor] = []
     gan.model = DomainDiagonal()
     gan.sample = lambda generator, n, rng: calls.append(rng) or FAKE[:n]
@@ -525,3 +526,30 @@ def test_released_local_update_steps_each_batch_then_the_generator_and_the_sched
     gan.train(epochs)
     assert "".join(events) == "CGCG|" * 5 + "CC"
     assert (len(gan.losses), len(gan.g_losses), len(gan.epoch_losses)) == (12, 10, 5)
+
+
+class SeparateDiagonal(torch.nn.Module):
+    """A separate discriminator D_k (DaFKD^no-sharing) as the project's return it: (features, logits (B, 1)), with
+    ℓ(x) = x₁ − x₂."""
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return x, (x[:, 0] - x[:, 1]).unsqueeze(1)
+
+
+@pytest.mark.parametrize("sharing", ["shared", "separate"])
+def test_paper_local_update_losses_by_hand_eq9_and_eq3(sharing: str) -> None:
+    """Algorithm 1 lines 20-23 on the same x, y, x̂ and ℓ = x₁ − x₂ (the head on the shared extractor, or a separate
+    D_k): the classifier step minimises Eq. 9, CE + Eq. 2's one mean over real and fake; the generator step Eq. 3,
+    −mean log σ(ℓ(G(z))) on B fresh samples, B the batch's size, drawn from the step's stream."""
+    gan, calls = released_gan(2, LocalGAN, mode="paper", sharing=sharing)
+    if sharing == "separate":
+        gan.separate, gan.model.domain_logit = SeparateDiagonal(), None  # ℓ comes from D_k only
+    ce = (softplus(-1) + softplus(-2)) / 2
+    adv = (softplus(-1) + softplus(1) + softplus(0) + softplus(1)) / 4  # ℓ(x) = 1, −1; ℓ(x̂) = 0, 1
+    rng = torch.Generator()
+    assert gan.classifier_loss(Step(2, 0, rng), 0, X, Y).item() == pytest.approx(ce + adv, rel=1e-6)
+    assert gan.generator_objective(Step(2, 0, rng), (X[:1], Y[:1])).item() == pytest.approx(softplus(0), rel=1e-6)
+    assert gan.generator_objective(Step(2, 1, rng), (X, Y)).item() == pytest.approx((softplus(0) + softplus(-1)) / 2,
+                                                                                 rel=1e-6)
+    assert calls == [rng] * 3 and gan.generator_trains(0) and gan.generator_trains(9)
+    assert gan.real_out[-1].item() == pytest.approx(0.5)
