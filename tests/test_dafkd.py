@@ -553,3 +553,23 @@ def test_paper_local_update_losses_by_hand_eq9_and_eq3(sharing: str) -> None:
                                                                                  rel=1e-6)
     assert calls == [rng] * 3 and gan.generator_trains(0) and gan.generator_trains(9)
     assert gan.real_out[-1].item() == pytest.approx(0.5)
+
+
+def test_initial_generator_and_no_sharing_discriminator_are_drawn_from_the_runs_seed() -> None:
+    """G's and DaFKD^no-sharing's D_k's initial weights come from the run's seed: the same seed draws them again,
+    another seed draws otherwise, and every client not yet trained holds the common initial D_k."""
+    def weights(model: torch.nn.Module) -> torch.Tensor:
+        return torch.cat([v.flatten().float() for v in model.state_dict().values()])
+
+    cfg = dafkd_config(rounds=1, sharing="separate")
+    first, other = (run_federation(c) for c in (cfg, build_config({**cfg.to_dict(), "seed": 1})))
+    draws = {}
+    for name, result in (("first", first), ("other", other)):
+        algorithm: DaFKD = result.state.algorithm
+        draws[name] = weights(algorithm._build_discriminator()), weights(algorithm._build_generator())
+        assert all(torch.equal(a, b) for a, b in zip(draws[name], (weights(algorithm._build_discriminator()),
+                                                                   weights(algorithm._build_generator()))))
+        untrained = [c for c in result.state.clients if c.optimizer is None]
+        assert untrained and all(torch.equal(weights(c.state.discriminator), draws[name][0]) for c in untrained)
+    assert not torch.equal(draws["first"][0], draws["other"][0])
+    assert not torch.equal(draws["first"][1], draws["other"][1])
