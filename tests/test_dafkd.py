@@ -573,3 +573,20 @@ def test_initial_generator_and_no_sharing_discriminator_are_drawn_from_the_runs_
         assert untrained and all(torch.equal(weights(c.state.discriminator), draws[name][0]) for c in untrained)
     assert not torch.equal(draws["first"][0], draws["other"][0])
     assert not torch.equal(draws["first"][1], draws["other"][1])
+
+
+def test_resident_parameters_count_the_generator_and_the_separate_discriminator_and_mechanisms_follow_correlation(
+        ) -> None:
+    """Table-1-style memory ("Params"): a client holds its model, G_k and (DaFKD^no-sharing only) D_k while it trains.
+    The domain-weights mechanism is claimed only where α̂ comes from the discriminators; the generator's always."""
+    result = run_federation(dafkd_config(rounds=1, sharing="separate"))
+    algorithm: DaFKD = result.state.algorithm
+    model = result.state.clients[0].model
+    count = lambda m: sum(p.numel() for p in m.parameters())  # noqa: E731
+    own, generator, separate = count(model), count(algorithm._build_generator()), count(algorithm._build_discriminator())
+    assert algorithm.resident_models == 1 and min(own, generator, separate) > 0
+    assert algorithm.resident_parameters(model) == own + generator + separate
+    algorithm.params = algorithm.params.model_copy(update={"sharing": "shared"})
+    assert algorithm.resident_parameters(model) == own + generator
+    assert DaFKD.mechanisms(DaFKDParams()) == (dafkd_module.DOMAIN_WEIGHTS, dafkd_module.GENERATED_CLASSES)
+    assert DaFKD.mechanisms(DaFKDParams(correlation="uniform")) == (dafkd_module.GENERATED_CLASSES,)
