@@ -16,6 +16,7 @@ from bench.algorithms.dafkd import (HEAD, DaFKD, DaFKDParams, LocalGAN, Released
 from bench.algorithms.fedftg import (class_client_weights, discrepancy_loss, label_schedule, soft_cross_entropy,
                                      weighted_cross_entropy)
 from bench.engine.loop import Step
+from bench.engine.messages import Update
 from bench.experiment import build_config
 from bench.rng import torch_stream
 from bench.runner.federation import run_federation
@@ -590,3 +591,24 @@ def test_resident_parameters_count_the_generator_and_the_separate_discriminator_
     assert algorithm.resident_parameters(model) == own + generator
     assert DaFKD.mechanisms(DaFKDParams()) == (dafkd_module.DOMAIN_WEIGHTS, dafkd_module.GENERATED_CLASSES)
     assert DaFKD.mechanisms(DaFKDParams(correlation="uniform")) == (dafkd_module.GENERATED_CLASSES,)
+
+
+def test_class_coverage_local_epochs_and_client_diagnostics_by_hand() -> None:
+    """The generator's class coverage is (exp H − 1)/(C − 1) of the teacher's argmax histogram: 4 samples named
+    0, 0, 1, 2 of C = 3 give H = −(½ log ½ + 2·¼ log ¼) = 1.5 log 2, so (2√2 − 1)/2; one class 0, all equally 1. A
+    client's stream of 5 batches in epochs of 2 is [2, 2, 1]. The round's diagnostics average the clients' d_real
+    and d_fake over all, g_loss over those whose generator stepped (not NaN)."""
+    names = torch.tensor([0, 0, 1, 2])
+    assert dafkd_module.class_coverage(F.one_hot(names, 3).float()) == pytest.approx((2 * math.sqrt(2) - 1) / 2)
+    assert dafkd_module.class_coverage(F.one_hot(torch.zeros(5, dtype=torch.long), 3).float()) == 0.0
+    assert dafkd_module.class_coverage(torch.eye(4)) == pytest.approx(1.0)
+    stream = [(torch.tensor([i]), torch.tensor([i])) for i in range(5)]
+    epochs = dafkd_module.local_epochs(iter(stream), 2)
+    assert [[int(x) for x, _ in epoch] for epoch in epochs] == [[0, 1], [2, 3], [4]]
+    updates = [Update(cid, 10, {}, dafkd_module.DomainUpload({}, None, d_real, d_fake, g_loss))
+               for cid, d_real, d_fake, g_loss in ((4, 0.5, 0.25, 1.0), (1, 0.75, 0.5, math.nan), (2, 1.0, 0.0, 2.0))]
+    expected = {"d_real": 0.75, "d_fake": 0.25, "g_loss": 1.5}
+    assert dafkd_module.client_diagnostics(updates, []) == pytest.approx(expected)
+    assert dafkd_module.client_diagnostics(updates, [2, 4, 1]) == pytest.approx(expected)
+    no_step = [Update(1, 10, {}, dafkd_module.DomainUpload({}, None, 0.5, 0.5, math.nan))]
+    assert dafkd_module.client_diagnostics(no_step, []) == {"d_real": 0.5, "d_fake": 0.5}
