@@ -558,7 +558,8 @@ def test_paper_local_update_losses_by_hand_eq9_and_eq3(sharing: str) -> None:
 
 def test_initial_generator_and_no_sharing_discriminator_are_drawn_from_the_runs_seed() -> None:
     """G's and DaFKD^no-sharing's D_k's initial weights come from the run's seed: the same seed draws them again,
-    another seed draws otherwise, and every client not yet trained holds the common initial D_k."""
+    another seed draws otherwise, and every client not yet trained holds the common initial D_k (a trained one has
+    moved it)."""
     def weights(model: torch.nn.Module) -> torch.Tensor:
         return torch.cat([v.flatten().float() for v in model.state_dict().values()])
 
@@ -572,6 +573,10 @@ def test_initial_generator_and_no_sharing_discriminator_are_drawn_from_the_runs_
                                                                    weights(algorithm._build_generator()))))
         untrained = [c for c in result.state.clients if c.optimizer is None]
         assert untrained and all(torch.equal(weights(c.state.discriminator), draws[name][0]) for c in untrained)
+        trained = [c for c in result.state.clients if c.optimizer is not None]  # D_k trains with the classifier
+        initial = list(algorithm._build_discriminator().parameters())
+        assert trained and not any(all(torch.equal(p, q) for p, q in zip(c.state.discriminator.parameters(), initial))
+                                   for c in trained)
     assert not torch.equal(draws["first"][0], draws["other"][0])
     assert not torch.equal(draws["first"][1], draws["other"][1])
 
@@ -612,3 +617,35 @@ def test_class_coverage_local_epochs_and_client_diagnostics_by_hand() -> None:
     assert dafkd_module.client_diagnostics(updates, [2, 4, 1]) == pytest.approx(expected)
     no_step = [Update(1, 10, {}, dafkd_module.DomainUpload({}, None, 0.5, 0.5, math.nan))]
     assert dafkd_module.client_diagnostics(no_step, []) == {"d_real": 0.5, "d_fake": 0.5}
+
+
+@pytest.mark.parametrize("sharing", ["shared", "separate"])
+def test_local_update_wiring_streams_optimisers_clipping_and_guard(sharing: str) -> None:
+    """Algorithm 1's local update for client k in round t: the fake samples of the classifier steps come from the
+    stream ``("dafkd-fake", k, t)`` and the generator's noise from ``("dafkd-gen", k, t)``; the classifier steps (the
+    client's optimiser, which trains D_k too without sharing) clip at ``grad_clip`` under the run's divergence guard;
+    G_k steps with Adam at the generator's own hyperparameters and backpropagates into G_k's parameters only."""
+    cfg = dafkd_config(rounds=1, sharing=sharing, generator_lr=0.002, generator_betas=(0.4, 0.9),
+                       generator_weight_decay=0.01, generator_amsgrad=True)
+    raw = cfg.to_dict()
+    result = run_federation(build_config({**raw, "training": {**raw["training"], "grad_clip": 2.5}}))
+    algorithm: DaFKD = result.state.algorithm
+    client = next(c for c in result.state.clients if c.optimizer is None)  # not trained in round 1
+    gan = LocalGAN(algorithm, client, 4)
+    ctx = algorithm.ctx
+    for loop, key in ((gan.classifier_loop, "dafkd-fake"), (gan.generator_loop, "dafkd-gen")):
+        assert torch.equal(loop.rng.get_state(), ctx.stream(key, client.cid, 4).get_state()), key
+        assert loop.round == 4
+    assert (gan.classifier_loop.who, gan.classifier_loop.grad_clip, gan.classifier_loop.guard) == (
+        client.cid, 2.5, ctx.loss_guard)
+    assert gan.classifier_loop.optimizer is client.optimizer is gan.optimizer
+    separate = list(client.state.discriminator.parameters()) if sharing == "separate" else []
+    expected = {id(p) for p in [*client.model.parameters(), *separate]}
+    assert {id(p) for p in gan.classifier_loop.params} == expected
+    assert {id(p) for group in client.optimizer.param_groups for p in group["params"]} == expected
+    g_optimizer = gan.generator_loop.optimizer
+    assert isinstance(g_optimizer, torch.optim.Adam) and gan.generator_loop.who == "generator"
+    assert {k: g_optimizer.defaults[k] for k in ("lr", "betas", "weight_decay", "amsgrad")} == {
+        "lr": 0.002, "betas": (0.4, 0.9), "weight_decay": 0.01, "amsgrad": True}
+    assert [id(p) for p in gan.generator_loop.params] == [id(p) for p in algorithm.local_generator.parameters()]
+    assert gan.generator_loop.backward_inputs
