@@ -422,6 +422,14 @@ def test_alpha_departs_from_uniform_when_the_clients_domains_differ() -> None:
 class DomainDiagonal(DiagonalLinear):
     """:class:`DiagonalLinear` with a domain head ℓ(f) = f₁ − f₂ on its features (f = x)."""
 
+    def __init__(self) -> None:
+        super().__init__()
+        self.inputs: list[torch.Tensor] = []  # what each forward received
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        self.inputs.append(x.detach().clone())
+        return super().forward(x)
+
     def domain_logit(self, features: torch.Tensor) -> torch.Tensor:
         return features[:, 0] - features[:, 1]
 
@@ -431,7 +439,8 @@ def released_gan(round_index: int, gan_class: type[LocalGAN] = ReleasedLocalGAN,
     """A ``mode`` client's local update (:class:`ReleasedLocalGAN`, or ``gan_class``) for ``round_index``
     (``params`` over the mode's switches) whose model is :class:`DomainDiagonal` and whose generator always gives
     the fake samples ``FAKE``; the list collects each generator call's noise stream (one entry per forward)."""
-    result = run_federation(dafkd_config(rounds=1, mode=mode))
+    result = run_federation(dafkd_config(rounds=1, mode=mode, **({"sharing": params["sharing"]} if "sharing" in params
+                                                                 else {})))
     algorithm: DaFKD = result.state.algorithm
     algorithm.params = algorithm.params.model_copy(update=params)
     gan = gan_class(algorithm, result.state.clients[0], round_index)
@@ -474,6 +483,9 @@ def test_released_local_loss_by_hand_in_each_phase(adv_loss: str) -> None:
         assert torch.equal(gan.last_batch[1], Y)
         assert gan.real_out[-1].item() == pytest.approx(0.5)  # mean σ(±1)
         assert gan.fake_out[-1].item() == pytest.approx((0.5 + 1 / (1 + math.exp(-1))) / 2)
+        seen = gan.model.inputs  # the real batch passes the extractor once, x̂ apart (§7), then x̃, then the extra G(z)
+        assert len(seen) == 2 + forwards and torch.equal(seen[0], X) and torch.equal(seen[1], FAKE)
+        assert torch.allclose(seen[2], torch.tensor(mixed)) and all(torch.equal(s, FAKE) for s in seen[3:])
     gan, _ = released_gan(1, adv_loss=adv_loss, gradient_penalty=0.0)  # λ = 0: no penalty, no draw
     rng = torch.Generator().manual_seed(7)
     assert gan.classifier_loss(Step(1, 0, rng), 0, X, Y).item() == pytest.approx(ce + adv, rel=1e-6)
@@ -554,6 +566,31 @@ def test_paper_local_update_losses_by_hand_eq9_and_eq3(sharing: str) -> None:
                                                                                  rel=1e-6)
     assert calls == [rng] * 3 and gan.generator_trains(0) and gan.generator_trains(9)
     assert gan.real_out[-1].item() == pytest.approx(0.5)
+    one = gan.classifier_loss(Step(2, 1, rng), 0, X[:1], Y[:1])  # a batch of one sample: ℓ(x) = 1, ℓ(x̂) = 0
+    assert one.item() == pytest.approx(softplus(-1) + (softplus(-1) + softplus(0)) / 2, rel=1e-6)
+
+
+@pytest.mark.parametrize("sharing", ["shared", "separate"])
+def test_the_upload_carries_g_k_d_k_and_the_mean_diagnostics(sharing: str) -> None:
+    """A client uploads G_k's state, D_k's (DaFKD^no-sharing; else none), the means of its recorded discriminator
+    outputs on real and fake samples and of its generator losses (NaN when the generator took no step)."""
+    gan, _ = released_gan(2, LocalGAN, mode="paper", sharing=sharing)
+    gan.real_out, gan.fake_out = [torch.tensor(0.5), torch.tensor(1.0)], [torch.tensor(0.25), torch.tensor(0.75)]
+    gan.g_losses = [1.0, 2.0, 4.0]
+    upload = gan.upload()
+    assert (upload.d_real, upload.d_fake, upload.g_loss) == pytest.approx((0.75, 0.5, 7 / 3))
+    generator = gan.generator.state_dict()
+    assert upload.generator.keys() == generator.keys() and all(torch.equal(upload.generator[k], v)
+                                                               for k, v in generator.items())
+    assert all(upload.generator[k] is not v for k, v in generator.items())  # a copy: later steps leave it
+    if sharing == "separate":
+        own = gan.separate.state_dict()
+        assert upload.discriminator.keys() == own.keys() and all(torch.equal(upload.discriminator[k], v)
+                                                                 for k, v in own.items())
+    else:
+        assert upload.discriminator is None
+    gan.g_losses = []
+    assert math.isnan(gan.upload().g_loss)
 
 
 def test_initial_generator_and_no_sharing_discriminator_are_drawn_from_the_runs_seed() -> None:
