@@ -686,3 +686,66 @@ def test_local_update_wiring_streams_optimisers_clipping_and_guard(sharing: str)
         "lr": 0.002, "betas": (0.4, 0.9), "weight_decay": 0.01, "amsgrad": True}
     assert [id(p) for p in gan.generator_loop.params] == [id(p) for p in algorithm.local_generator.parameters()]
     assert gan.generator_loop.backward_inputs
+
+
+class HeadedDiagonal(DiagonalLinear):
+    """:class:`DiagonalLinear` with a domain head (``discriminator.``), as the distilled student carries one."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.discriminator = torch.nn.Linear(2, 1)
+
+
+def test_distillation_by_hand_eq8_adam_over_the_shared_parameters_and_the_codes_plateau(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Eq. 8 on the server: ``distill_epochs`` passes over D̂^g in batches of ``distill_batch_size``, each step
+    τ²·KL(teacher ‖ softmax(s/τ)) with the run's τ and reduction, Adam at ``distill_lr`` on the student's shared
+    parameters (its domain head stays); the result is the mean loss over the epochs. One Adam step moves each weight
+    with a gradient by lr. ``distill_schedule: plateau`` (§1.7.9) steps ReduceLROnPlateau(factor 0.2, patience 2) after
+    each epoch on the mean of the epochs' losses so far; ``constant`` builds none."""
+    result = run_federation(dafkd_config(rounds=1))
+    algorithm: DaFKD = result.state.algorithm
+    samples = torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0], [2.0, -1.0]])
+    teacher = torch.tensor([[0.9, 0.1], [0.2, 0.8], [0.5, 0.5], [0.3, 0.7]])
+    losses: list[tuple[float, int, float, str]] = []
+    original_loss = dafkd_module.distillation_loss
+
+    def spy_loss(student_logits: torch.Tensor, target: torch.Tensor, temperature: float, reduction: Any) -> Any:
+        out = original_loss(student_logits, target, temperature, reduction)
+        losses.append((out.item(), len(student_logits), temperature, reduction))
+        return out
+    monkeypatch.setattr(dafkd_module, "distillation_loss", spy_loss)
+    schedulers: list[Any] = []
+
+    class Recorded(torch.optim.lr_scheduler.ReduceLROnPlateau):
+        def __init__(self, optimizer: Any, **kwargs: Any) -> None:
+            super().__init__(optimizer, **kwargs)
+            self.kwargs, self.values = kwargs, []
+            schedulers.append(self)
+
+        def step(self, metrics: Any, *args: Any) -> None:  # type: ignore[override]
+            self.values.append(float(metrics))
+            super().step(metrics, *args)
+    monkeypatch.setattr(torch.optim.lr_scheduler, "ReduceLROnPlateau", Recorded)
+
+    algorithm.params = algorithm.params.model_copy(update={"distill_epochs": 1, "distill_batch_size": 4,
+                                                           "temperature": 2.0, "distill_lr": 0.01})
+    student = HeadedDiagonal()
+    before = {k: v.clone() for k, v in student.state_dict().items()}
+    expected = original_loss(student(samples)[1], teacher, 2.0, "batchmean").item()
+    assert algorithm.distil(3, student, samples, teacher) == pytest.approx(expected)
+    assert losses == [(pytest.approx(expected), 4, 2.0, "batchmean")] and schedulers == []
+    moved = student.classifier.weight.detach() - before["classifier.weight"]
+    assert moved.abs().max().item() == pytest.approx(0.01, rel=1e-3)  # Adam's first step: lr·g/|g|
+    assert all(torch.equal(student.state_dict()[k], before[k]) for k in before if k.startswith(HEAD))
+
+    losses.clear()
+    algorithm.params = algorithm.params.model_copy(update={"distill_epochs": 3, "distill_batch_size": 2,
+                                                           "distill_schedule": "plateau", "kd_reduction": "mean"})
+    mean = algorithm.distil(3, HeadedDiagonal(), samples, teacher)
+    assert [(n, t, r) for _, n, t, r in losses] == [(2, 2.0, "mean")] * 6
+    epochs = [(losses[i][0] + losses[i + 1][0]) / 2 for i in range(0, 6, 2)]
+    assert mean == pytest.approx(sum(epochs) / 3)
+    (scheduler,) = schedulers
+    assert scheduler.kwargs == {"factor": 0.2, "patience": 2}
+    assert scheduler.values == pytest.approx([epochs[0], sum(epochs[:2]) / 2, sum(epochs) / 3])
