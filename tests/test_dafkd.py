@@ -749,3 +749,49 @@ def test_distillation_by_hand_eq8_adam_over_the_shared_parameters_and_the_codes_
     (scheduler,) = schedulers
     assert scheduler.kwargs == {"factor": 0.2, "patience": 2}
     assert scheduler.values == pytest.approx([epochs[0], sum(epochs[:2]) / 2, sum(epochs) / 3])
+
+
+@pytest.mark.parametrize("case", ["paper", "uniform", "code"])
+def test_server_round_generator_distillation_set_teacher_and_weights_follow_their_readings(
+        monkeypatch: pytest.MonkeyPatch, case: str) -> None:
+    """The server's round t, by reading: θ^g is Eq. 4's average of the uploaded G_k, weighted by n_k (A12) or
+    uniformly (``weighting: uniform``), in every round of the paper; the code's broadcast (``last_client``) is, in a
+    round the server distils, the generator of the client that trained last (with parallel clients, the last upload).
+    D̂^g is drawn with round t's stream from θ_{t+1}^g (``post_round``, A9) or from θ_t^g (``pre_round``, the code).
+    The teacher is Σ α̂ softmax(z/τ) or the code's softmax(Σ α̂ z/τ), the KL batchmean or the code's mean; α̂'s
+    logged entropy and max are those of the α̂ used: mean_i H(α̂_{·,i}) and mean_i max_k α̂_{k,i}."""
+    extra = {"paper": {}, "uniform": {"weighting": "uniform"}, "code": {"mode": "code", "head": "personal"}}[case]
+    seen = spy_rounds(monkeypatch)
+    drawn: dict[int, dict[str, torch.Tensor]] = {}
+    distillation_set = DaFKD.distillation_set
+
+    def spy_set(self: DaFKD, round_index: int, generator: Any) -> Any:
+        drawn[round_index] = {k: v.clone() for k, v in generator.state_dict().items()}
+        return distillation_set(self, round_index, generator)
+    monkeypatch.setattr(DaFKD, "distillation_set", spy_set)
+    forms, alphas = [], []
+    teacher_fn, entropy_fn = dafkd_module.ensemble_teacher, dafkd_module.weight_entropy
+    monkeypatch.setattr(dafkd_module, "ensemble_teacher", lambda z, a, t, form: forms.append(form) or teacher_fn(z, a, t, form))
+    monkeypatch.setattr(dafkd_module, "weight_entropy", lambda a: alphas.append(a) or entropy_fn(a))
+    result = run_federation(dafkd_config(rounds=2, **extra))
+    sizes = {c.cid: c.data.num_samples for c in result.state.clients}
+    for t in (1, 2):  # the parameters (drawing D̂^g in train mode moves G's running statistics afterwards)
+        seen["generator"][t] = {k: v for k, v in seen["generator"][t].items() if k in dict(
+            result.state.server.state.generator.named_parameters())}
+        uploads = seen["uploaded"][t]
+        if case == "code" and t == 2:
+            expected = {k: uploads[max(uploads)][k] for k in seen["generator"][t]}  # the last upload of the round
+        else:
+            weight = {c: float(sizes[c]) if case != "uniform" else 1.0 for c in uploads}
+            expected = {k: sum(weight[c] * g[k] for c, g in uploads.items()) / sum(weight.values())
+                        for k in seen["generator"][t]}
+        assert all(torch.allclose(seen["generator"][t][k], v, atol=1e-6) for k, v in expected.items()), (case, t)
+    source = seen["generator"][1] if case == "code" else seen["generator"][2]  # θ_2^g, or θ_3^g after round 2
+    assert source and all(torch.equal(drawn[2][k], v) for k, v in source.items())
+    assert set(forms) == {"logits" if case == "code" else "probabilities"}
+    row = result.curves[1]
+    (alpha,) = alphas
+    assert row["alpha_entropy"] == pytest.approx(float(entropy_fn(alpha)))
+    assert row["alpha_max"] == pytest.approx(float(alpha.max(0).values.mean()))
+    assert alpha.shape[0] == 3 and row["alpha_entropy_uniform"] == pytest.approx(LN(3))
+    assert 0 <= row["gen_coverage"] <= 1
