@@ -795,3 +795,69 @@ def test_server_round_generator_distillation_set_teacher_and_weights_follow_thei
     assert row["alpha_max"] == pytest.approx(float(alpha.max(0).values.mean()))
     assert alpha.shape[0] == 3 and row["alpha_entropy_uniform"] == pytest.approx(LN(3))
     assert 0 <= row["gen_coverage"] <= 1
+
+
+def test_domain_ensemble_by_hand_and_the_diagnostic_models() -> None:
+    """§6 R10: the ensemble of the round's client models weights each by α̂ from its discriminator on the image (the
+    head on its extractor, or its separate D_k) and combines them as the distillation teacher. Two members with
+    logits x·diag(1, 2) and x·diag(3, 1), ℓ = x₁ − x₂ (both), on x = (1, 0): α̂ = (½, ½), teacher Σ α̂ softmax(z/τ).
+    ``ensemble_acc`` evaluates that ensemble of the selected clients (α̂ from their discriminators),
+    ``uniform_ensemble_acc`` the same with 1/K_t, ``pre_kd_acc`` a copy of ŵ before distillation."""
+    first, second = DomainDiagonal(), DomainDiagonal()
+    with torch.no_grad():
+        second.classifier.weight.copy_(torch.tensor([[3.0, 0.0], [0.0, 1.0]]))
+    x = torch.tensor([[1.0, 0.0], [0.0, 2.0]])
+    for separate in (None, [SeparateDiagonal(), SeparateDiagonal()]):
+        ensemble = dafkd_module.DomainEnsemble([first, second], separate, correlation_weights, 2.0, "probabilities")
+        alpha, scores = ensemble(x)
+        assert not ensemble.training and torch.allclose(alpha, torch.full((2, 2), 0.5))
+        p1, p2 = torch.softmax(torch.tensor([0.5, 0.0]), 0), torch.softmax(torch.tensor([1.5, 0.0]), 0)
+        assert torch.allclose(scores[0], (p1 + p2) / 2)
+    weighted = dafkd_module.DomainEnsemble([first, second], None, lambda d: torch.tensor([[0.25], [0.75]]) * torch.ones_like(d),
+                                           2.0, "logits")
+    alpha, scores = weighted(x[:1])
+    assert torch.allclose(alpha, torch.tensor([[0.25, 0.75]]))
+    assert torch.allclose(scores[0], torch.softmax(torch.tensor([0.25 * 1 + 0.75 * 3, 0.0]) / 2, 0))
+
+    result = run_federation(dafkd_config(rounds=2, sharing="separate"))
+    algorithm: DaFKD = result.state.algorithm
+    server, clients = result.state.server, result.state.clients
+    ensemble = algorithm.method_model("ensemble_acc", server, clients)
+    uniform = algorithm.method_model("uniform_ensemble_acc", server, clients)
+    for model, weighting in ((ensemble, correlation_weights), (uniform, uniform_weights)):
+        assert model.weighting is weighting and (model.temperature, model.form) == (20.0, "probabilities")
+        assert [id(m) for m in model.members] == [id(clients[c].model) for c in server.state.selected]
+        assert [id(d) for d in model.discriminators] == [id(clients[c].state.discriminator)
+                                                        for c in server.state.selected]
+    pre_kd = algorithm.method_model("pre_kd_acc", server, clients)
+    assert pre_kd is not server.model and all(torch.equal(v, server.state.averaged[k])
+                                              for k, v in pre_kd.state_dict().items())
+    server.state.selected = []
+    assert algorithm.method_model("ensemble_acc", server, clients) is None
+
+
+def test_the_papers_local_update_unless_a_released_switch_asks_for_the_codes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A client trains with the paper's :class:`LocalGAN`; any one of the code's local switches (``local_gan: early``,
+    a gradient penalty λ > 0, ``local_schedule: plateau``) selects :class:`ReleasedLocalGAN`."""
+    used: list[str] = []
+
+    class Paper(LocalGAN):
+        def __init__(self, *args: Any) -> None:
+            used.append("paper")
+            super().__init__(*args)
+
+    class Released(ReleasedLocalGAN):
+        def __init__(self, *args: Any) -> None:
+            used.append("code")
+            super().__init__(*args)
+    monkeypatch.setattr(dafkd_module, "LocalGAN", Paper)
+    monkeypatch.setattr(dafkd_module, "ReleasedLocalGAN", Released)
+    result = run_federation(dafkd_config(rounds=1))
+    algorithm: DaFKD = result.state.algorithm
+    paper = algorithm.params
+    for switch, expected in (({}, "paper"), ({"local_gan": "early"}, "code"), ({"gradient_penalty": 0.3}, "code"),
+                             ({"local_schedule": "plateau"}, "code")):
+        used.clear()
+        algorithm.params = paper.model_copy(update=switch)
+        algorithm.local_update(2, result.state.clients[0])
+        assert used == [expected], switch
