@@ -861,3 +861,40 @@ def test_the_papers_local_update_unless_a_released_switch_asks_for_the_codes(mon
         algorithm.params = paper.model_copy(update=switch)
         algorithm.local_update(2, result.state.clients[0])
         assert used == [expected], switch
+
+
+@pytest.mark.parametrize("generator", ["dcgan", "cond"])
+def test_the_generator_is_built_and_sampled_as_configured(generator: str) -> None:
+    """G is G-DCGAN of ``generator_width`` or G-cond (A6), fed z ~ N(0, I_d) of ``noise_dim`` (and G-cond a uniform
+    random label) drawn from the given stream only: the same stream draws the same samples, another otherwise."""
+    result = run_federation(dafkd_config(rounds=1, generator=generator, noise_dim=12, generator_width=6))
+    algorithm: DaFKD = result.state.algorithm
+    built = algorithm._build_generator()
+    shape, classes = algorithm.ctx.in_shape, algorithm.ctx.num_classes
+    expected = (dafkd_module.build_model("dcgan_generator", shape, classes, noise_dim=12, width=6) if generator == "dcgan"
+                else dafkd_module.build_model("cond_image_generator", shape, classes, noise_dim=12))
+    assert type(built) is type(expected)
+    assert [p.shape for p in built.parameters()] == [p.shape for p in expected.parameters()]
+    draw = lambda seed: algorithm.sample(built, 5, torch.Generator().manual_seed(seed))  # noqa: E731
+    torch.manual_seed(1)
+    first = draw(3)
+    torch.manual_seed(2)  # the global RNG plays no part
+    assert first.shape == (5, *shape) and torch.equal(first, draw(3)) and not torch.equal(first, draw(4))
+
+
+def test_the_server_refuses_a_classifier_without_a_domain_head_and_keeps_the_codes_one_head() -> None:
+    """DaFKD needs the classifier's domain head (dafkd_resnet11): another model is refused in one line naming it.
+    ``head: shared`` starts the code's one head from the initial model's; the paper keeps none on the server."""
+    result = run_federation(dafkd_config(rounds=1))
+    algorithm: DaFKD = result.state.algorithm
+    with pytest.raises(dafkd_module.BenchError, match="domain-discriminator head.*'dafkd_resnet11'"):
+        algorithm.init_server_state(torch.nn.Linear(2, 2))
+    with pytest.raises(dafkd_module.BenchError, match="domain-discriminator head"):
+        algorithm.init_server_state(None)
+    model = algorithm.ctx.build_model("server")
+    assert algorithm.init_server_state(model).head is None
+    algorithm.params = algorithm.params.model_copy(update={"head": "shared"})
+    state = algorithm.init_server_state(model)
+    own = {k: v for k, v in model.state_dict().items() if k.startswith(HEAD)}
+    assert own and state.head.keys() == own.keys() and all(torch.equal(state.head[k], v) for k, v in own.items())
+    assert state.generator is not None and all(state.head[k] is not v for k, v in own.items())
