@@ -639,7 +639,8 @@ def test_class_coverage_local_epochs_and_client_diagnostics_by_hand() -> None:
     """The generator's class coverage is (exp H − 1)/(C − 1) of the teacher's argmax histogram: 4 samples named
     0, 0, 1, 2 of C = 3 give H = −(½ log ½ + 2·¼ log ¼) = 1.5 log 2, so (2√2 − 1)/2; one class 0, all equally 1. A
     client's stream of 5 batches in epochs of 2 is [2, 2, 1]. The round's diagnostics average the clients' d_real
-    and d_fake over all, g_loss over those whose generator stepped (not NaN)."""
+    and d_fake over all, g_loss over those whose generator stepped (not NaN), summed in the order the clients trained
+    (so that code mode's sequential rounds log bitwise the same numbers)."""
     names = torch.tensor([0, 0, 1, 2])
     assert dafkd_module.class_coverage(F.one_hot(names, 3).float()) == pytest.approx((2 * math.sqrt(2) - 1) / 2)
     assert dafkd_module.class_coverage(F.one_hot(torch.zeros(5, dtype=torch.long), 3).float()) == 0.0
@@ -652,6 +653,10 @@ def test_class_coverage_local_epochs_and_client_diagnostics_by_hand() -> None:
     expected = {"d_real": 0.75, "d_fake": 0.25, "g_loss": 1.5}
     assert dafkd_module.client_diagnostics(updates, []) == pytest.approx(expected)
     assert dafkd_module.client_diagnostics(updates, [2, 4, 1]) == pytest.approx(expected)
+    lopsided = [Update(cid, 10, {}, dafkd_module.DomainUpload({}, None, d, 0.0, math.nan))  # float sums by order
+                for cid, d in ((4, 1e16), (1, 1.0), (2, -1e16))]
+    assert dafkd_module.client_diagnostics(lopsided, [])["d_real"] == 0.0  # (1e16 + 1) − 1e16 rounds to 0
+    assert dafkd_module.client_diagnostics(lopsided, [4, 2, 1])["d_real"] == 1 / 3  # in the order they trained
     no_step = [Update(1, 10, {}, dafkd_module.DomainUpload({}, None, 0.5, 0.5, math.nan))]
     assert dafkd_module.client_diagnostics(no_step, []) == {"d_real": 0.5, "d_fake": 0.5}
 
