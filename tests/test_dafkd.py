@@ -818,6 +818,8 @@ def test_domain_ensemble_by_hand_and_the_diagnostic_models() -> None:
         assert not ensemble.training and torch.allclose(alpha, torch.full((2, 2), 0.5))
         p1, p2 = torch.softmax(torch.tensor([0.5, 0.0]), 0), torch.softmax(torch.tensor([1.5, 0.0]), 0)
         assert torch.allclose(scores[0], (p1 + p2) / 2)
+        one_alpha, one_scores = ensemble(x[:1])  # a batch of one image
+        assert one_alpha.shape == (1, 2) and torch.allclose(one_scores, scores[:1])
     weighted = dafkd_module.DomainEnsemble([first, second], None, lambda d: torch.tensor([[0.25], [0.75]]) * torch.ones_like(d),
                                            2.0, "logits")
     alpha, scores = weighted(x[:1])
