@@ -905,3 +905,27 @@ def test_the_server_refuses_a_classifier_without_a_domain_head_and_keeps_the_cod
     own = {k: v for k, v in model.state_dict().items() if k.startswith(HEAD)}
     assert own and state.head.keys() == own.keys() and all(torch.equal(state.head[k], v) for k, v in own.items())
     assert state.generator is not None and all(state.head[k] is not v for k, v in own.items())
+
+
+@pytest.mark.parametrize("drop_last", [True, False])
+def test_local_epochs_are_cut_where_the_batch_stream_starts_each_pass(monkeypatch: pytest.MonkeyPatch,
+                                                                    drop_last: bool) -> None:
+    """With E counted in epochs, a client's batch stream is cut into E epochs of ⌈n/B⌉ batches, or ⌊n/B⌋ when the
+    partial last batch is dropped (``training.drop_last``), so that each local epoch is one pass over the data."""
+    cuts: list[list[int]] = []
+    original = dafkd_module.local_epochs
+
+    def spy(batches: Any, per_epoch: int) -> Any:
+        epochs = original(batches, per_epoch)
+        cuts.append([len(epoch) for epoch in epochs])
+        return epochs
+    monkeypatch.setattr(dafkd_module, "local_epochs", spy)
+    cfg = dafkd_config(rounds=1).to_dict()
+    cfg["training"] = {**cfg["training"], "local_epochs": 2, "local_steps": None, "batch_size": 16,
+                       "drop_last": drop_last}
+    result = run_federation(build_config(cfg))
+    sizes = {c.cid: c.data.num_samples for c in result.state.clients}
+    assert any(n % 16 for n in sizes.values())  # some client has a partial last batch
+    trained = [c.cid for c in result.state.clients if c.optimizer is not None]
+    expected = [[n // 16 if drop_last else -(-n // 16)] * 2 for n in (sizes[c] for c in sorted(trained))]
+    assert sorted(cuts) == sorted(expected)
