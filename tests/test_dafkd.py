@@ -776,7 +776,8 @@ def test_server_round_generator_distillation_set_teacher_and_weights_follow_thei
     monkeypatch.setattr(DaFKD, "distillation_set", spy_set)
     forms, alphas = [], []
     teacher_fn, entropy_fn = dafkd_module.ensemble_teacher, dafkd_module.weight_entropy
-    monkeypatch.setattr(dafkd_module, "ensemble_teacher", lambda z, a, t, form: forms.append(form) or teacher_fn(z, a, t, form))
+    monkeypatch.setattr(dafkd_module, "ensemble_teacher",
+                        lambda z, a, t, form: forms.append(form) or teacher_fn(z, a, t, form))
     monkeypatch.setattr(dafkd_module, "weight_entropy", lambda a: alphas.append(a) or entropy_fn(a))
     result = run_federation(dafkd_config(rounds=2, **extra))
     sizes = {c.cid: c.data.num_samples for c in result.state.clients}
@@ -820,8 +821,8 @@ def test_domain_ensemble_by_hand_and_the_diagnostic_models() -> None:
         assert torch.allclose(scores[0], (p1 + p2) / 2)
         one_alpha, one_scores = ensemble(x[:1])  # a batch of one image
         assert one_alpha.shape == (1, 2) and torch.allclose(one_scores, scores[:1])
-    weighted = dafkd_module.DomainEnsemble([first, second], None, lambda d: torch.tensor([[0.25], [0.75]]) * torch.ones_like(d),
-                                           2.0, "logits")
+    fixed = lambda d: torch.tensor([[0.25], [0.75]]) * torch.ones_like(d)  # noqa: E731
+    weighted = dafkd_module.DomainEnsemble([first, second], None, fixed, 2.0, "logits")
     alpha, scores = weighted(x[:1])
     assert torch.allclose(alpha, torch.tensor([[0.25, 0.75]]))
     assert torch.allclose(scores[0], torch.softmax(torch.tensor([0.25 * 1 + 0.75 * 3, 0.0]) / 2, 0))
