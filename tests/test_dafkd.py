@@ -930,3 +930,16 @@ def test_local_epochs_are_cut_where_the_batch_stream_starts_each_pass(monkeypatc
     trained = [c.cid for c in result.state.clients if c.optimizer is not None]
     expected = [[n // 16 if drop_last else -(-n // 16)] * 2 for n in (sizes[c] for c in sorted(trained))]
     assert sorted(cuts) == sorted(expected)
+
+
+@pytest.mark.parametrize("where", ["server", "generator"])
+def test_a_divergence_names_its_round_and_its_trainer(monkeypatch: pytest.MonkeyPatch, where: str) -> None:
+    """A NaN distillation loss (round 2, the first the server distils) or generator loss (round 1) stops the run with
+    one line naming the round and the trainer: the server, or a client's generator."""
+    from bench.errors import Diverged
+
+    name, round_index = ("distillation_loss", 2) if where == "server" else ("generator_loss", 1)
+    original = getattr(dafkd_module, name)
+    monkeypatch.setattr(dafkd_module, name, lambda first, *rest: original(first, *rest) * float("nan"))
+    with pytest.raises(Diverged, match=rf"diverged at round {round_index} \(client {where}\)"):
+        run_federation(dafkd_config(rounds=2))
