@@ -932,13 +932,14 @@ def test_local_epochs_are_cut_where_the_batch_stream_starts_each_pass(monkeypatc
     assert sorted(cuts) == sorted(expected)
 
 
-@pytest.mark.parametrize("where", ["server", "generator"])
+@pytest.mark.parametrize("where", ["server", "generator", r"\d+"], ids=["server", "generator", "client"])
 def test_a_divergence_names_its_round_and_its_trainer(monkeypatch: pytest.MonkeyPatch, where: str) -> None:
-    """A NaN distillation loss (round 2, the first the server distils) or generator loss (round 1) stops the run with
-    one line naming the round and the trainer: the server, or a client's generator."""
+    """A NaN distillation loss (round 2, the first the server distils), generator loss or adversarial term (round 1)
+    stops the run with one line naming the round and the trainer: the server, a client's generator, or the client."""
     from bench.errors import Diverged
 
-    name, round_index = ("distillation_loss", 2) if where == "server" else ("generator_loss", 1)
+    name, round_index = {"server": ("distillation_loss", 2), "generator": ("generator_loss", 1)}.get(
+        where, ("adversarial_loss", 1))
     original = getattr(dafkd_module, name)
     monkeypatch.setattr(dafkd_module, name, lambda first, *rest: original(first, *rest) * float("nan"))
     with pytest.raises(Diverged, match=rf"diverged at round {round_index} \(client {where}\)"):
