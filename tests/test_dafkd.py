@@ -944,3 +944,33 @@ def test_a_divergence_names_its_round_and_its_trainer(monkeypatch: pytest.Monkey
     monkeypatch.setattr(dafkd_module, name, lambda first, *rest: original(first, *rest) * float("nan"))
     with pytest.raises(Diverged, match=rf"diverged at round {round_index} \(client {where}\)"):
         run_federation(dafkd_config(rounds=2))
+
+
+class NormedPair(torch.nn.Module):
+    """(x, BatchNorm(x)) over 2 features: a template for the server's teacher passes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.bn = torch.nn.BatchNorm1d(2, affine=False)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return x, self.bn(x)
+
+
+@pytest.mark.parametrize("server_bn", ["eval", "train"])
+def test_the_server_runs_an_upload_with_its_running_statistics_or_batch_statistics_leaving_it_untouched(
+        server_bn: str) -> None:
+    """§1.7.12, A11: the server runs each uploaded model in eval mode (its running statistics: mean 1, variance 4 give
+    (x − 1)/2 on x = 0, 2) or, as the code, in train mode (the batch's: mean 1, variance 1 give x − 1); either way the
+    upload's buffers stay as sent."""
+    result = run_federation(dafkd_config(rounds=1))
+    algorithm: DaFKD = result.state.algorithm
+    algorithm.params = algorithm.params.model_copy(update={"server_bn": server_bn})
+    state = {"bn.running_mean": torch.ones(2), "bn.running_var": torch.full((2,), 4.0),
+             "bn.num_batches_tracked": torch.tensor(7)}
+    sent = {k: v.clone() for k, v in state.items()}
+    x = torch.tensor([[0.0, 0.0], [2.0, 2.0]])
+    _, out = algorithm._run(NormedPair(), state, x)
+    scale = 2.0 if server_bn == "eval" else 1.0
+    assert torch.allclose(out, (x - 1) / scale, atol=1e-4)
+    assert all(torch.equal(state[k], v) for k, v in sent.items())
