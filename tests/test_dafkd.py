@@ -90,6 +90,11 @@ def test_teacher_and_distillation_loss_eq8() -> None:
     kl = sum(ti * (LN(ti) - LN(qi)) for ti, qi in zip(t, q))
     assert distillation_loss(student, probs, 2.0, "batchmean").item() == pytest.approx(4 * kl)
     assert distillation_loss(student, probs, 2.0, "mean").item() == pytest.approx(4 * kl / 2)
+    t3, q3 = [0.25, 0.75], [1 / (1 + math.e), math.e / (1 + math.e)]  # τ = 3: softmax((0, 3)/3) = softmax((0, 1))
+    kl3 = sum(ti * (LN(ti) - LN(qi)) for ti, qi in zip(t3, q3))
+    loss3 = distillation_loss(torch.tensor([[0.0, 3.0]], dtype=torch.float64), torch.tensor([t3], dtype=torch.float64),
+                              3.0, "batchmean")
+    assert loss3.item() == pytest.approx(9 * kl3)  # τ², not 2τ
 
 
 def test_gradient_penalty_of_the_code() -> None:
