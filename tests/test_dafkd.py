@@ -444,8 +444,8 @@ def released_gan(round_index: int, gan_class: type[LocalGAN] = ReleasedLocalGAN,
     """A ``mode`` client's local update (:class:`ReleasedLocalGAN`, or ``gan_class``) for ``round_index``
     (``params`` over the mode's switches) whose model is :class:`DomainDiagonal` and whose generator always gives
     the fake samples ``FAKE``; the list collects each generator call's noise stream (one entry per forward)."""
-    result = run_federation(dafkd_config(rounds=1, mode=mode, **({"sharing": params["sharing"]} if "sharing" in params
-                                                                 else {})))
+    built = {k: v for k, v in params.items() if k in ("sharing", "head")}  # what the run's models depend on
+    result = run_federation(dafkd_config(rounds=1, mode=mode, **built))
     algorithm: DaFKD = result.state.algorithm
     algorithm.params = algorithm.params.model_copy(update=params)
     gan = gan_class(algorithm, result.state.clients[0], round_index)
@@ -497,6 +497,11 @@ def test_released_local_loss_by_hand_in_each_phase(adv_loss: str) -> None:
     assert torch.equal(torch.rand(2, generator=rng), torch.tensor(u))
     gan, _ = released_gan(6, adv_loss=adv_loss, local_gan="always")  # the paper's schedule through the code's loss
     assert gan.classifier_loss(Step(6, 0, torch.Generator().manual_seed(7)), 7, X, Y).item() == pytest.approx(
+        ce + adv + penalty, rel=1e-6)
+    assert gan.adversarial(7) and gan.generator_trains(7) and len(gan.model.inputs) == 3  # no extra forward
+    gan, _ = released_gan(1, adv_loss=adv_loss, sharing="separate", head="personal")  # ℓ from a separate D_k
+    gan.separate, gan.model.domain_logit = SeparateDiagonal(), None
+    assert gan.classifier_loss(Step(1, 0, torch.Generator().manual_seed(7)), 0, X, Y).item() == pytest.approx(
         ce + adv + penalty, rel=1e-6)
 
 
