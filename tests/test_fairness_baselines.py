@@ -499,6 +499,21 @@ def test_fedsac_client_uploads_its_trained_model_and_records_its_submodel_share(
                                                      "contribution": {0: 0.5, 1: 0.25}, "reputation": {0: 100.0, 1: 60.0}}
 
 
+def _recorded_loops(monkeypatch: pytest.MonkeyPatch, module: Any) -> list[Any]:
+    """The engine ``Loop`` objects ``module`` runs from now on, in the order they run."""
+    from bench.engine.loop import Loop
+
+    loops: list[Loop] = []
+
+    class Recording(Loop):
+        def run(self, batches: Any, step_fn: Any) -> float:
+            loops.append(self)
+            return super().run(batches, step_fn)
+
+    monkeypatch.setattr(module, "Loop", Recording)
+    return loops
+
+
 @pytest.mark.parametrize("split", ["validation", "test"])
 def test_fedsac_measures_the_contribution_on_the_validation_or_local_test_split(
         split: str, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -508,18 +523,10 @@ def test_fedsac_measures_the_contribution_on_the_validation_or_local_test_split(
     id naming it, ``training.grad_clip`` and the run's loss guard."""
     import bench.algorithms.fedsac as fedsac
     from bench.engine.context import Context
-    from bench.engine.loop import Loop
     from bench.engine.state import ClientData
     from bench.errors import BenchError
 
-    loops: list[Loop] = []
-
-    class Recording(Loop):
-        def run(self, batches: Any, step_fn: Any) -> float:
-            loops.append(self)
-            return super().run(batches, step_fn)
-
-    monkeypatch.setattr(fedsac, "Loop", Recording)
+    loops = _recorded_loops(monkeypatch, fedsac)
     ctx = Context(small_config(model={"name": "mlp"}, training={"grad_clip": 5.0}), (1, 2, 2), 2, torch.device("cpu"))
     x = torch.rand(7, 1, 2, 2, generator=torch.Generator().manual_seed(3))
     y = torch.tensor([0, 1, 1, 0, 1, 0, 0])
@@ -638,17 +645,9 @@ def test_pfedck_interactive_model_trains_as_the_personal_one_clipped_and_guarded
     """I_k's loop is P_k's in all but its model: its own parameters, the round, the client's id (a divergence
     message names it), ``training.grad_clip`` and the run's loss guard."""
     import bench.algorithms.pfedck as pfedck
-    from bench.engine.loop import Loop
 
     ctx, client = _pfedck_client(8, grad_clip=0.5)
-    loops: list[Loop] = []
-
-    class Recording(Loop):
-        def run(self, batches: Any, step_fn: Any) -> float:
-            loops.append(self)
-            return super().run(batches, step_fn)
-
-    monkeypatch.setattr(pfedck, "Loop", Recording)
+    loops = _recorded_loops(monkeypatch, pfedck)
     personal = ctx.client_loop(client, 2)
     pfedck.PFedCK(pfedck.PFedCKParams(), ctx).local_pass(2, client)
     assert client.state.interactive is not None and len(loops) == 1
