@@ -455,3 +455,13 @@ def test_run_many_reports_every_round_and_every_run_in_this_process(data_dir: Pa
         ended: list[int] = []
         run_many(requests, jobs, lambda i, t: rounds.append((i, t)), lambda i, outcome: ended.append(i))
         assert sorted(rounds) == [(0, 1), (0, 2), (1, 1), (1, 2)] and ended == [0, 1]
+
+
+@pytest.mark.parametrize("name", ["fedavg", "fedsac", "fedakd", "cffl", "cgsv", "fedave"])
+def test_a_method_that_averages_its_clients_models_refuses_other_architectures(name: str, data_dir: Path) -> None:
+    """The FedAvg family, FedSAC's submodels, FedAKD's global model and the rewarded methods' uploads are
+    combined entry by entry, so clients drawn from ``model.candidates`` are refused in one line before training."""
+    with pytest.raises(BenchError, match=f"^{name} averages parameters, so every client needs the architecture "
+                                         "'cnn'; drop model.candidates$"):
+        run_federation(small_config(model={"name": "cnn", "candidates": ["cnn", "mlp"]}, algorithm={"name": name}),
+                       data_dir)

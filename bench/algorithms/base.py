@@ -55,6 +55,7 @@ class Algorithm(Generic[ClientStateT, ServerStateT, DownT, UpT]):
     ClientState: ClassVar[type[NoState]] = NoState
     ServerState: ClassVar[type[NoState]] = NoState
     has_global_model: ClassVar[bool] = True
+    averages_models: ClassVar[bool] = False  # combines the clients' models entry by entry: one architecture for all
     personal_parameters: ClassVar[tuple[str, ...]] = ()  # state-dict key prefixes kept by each client
     resident_models: ClassVar[int] = 1  # copies of the client model held during local training
     metrics_order: ClassVar[tuple[str, ...]] = ()  # metrics that lead a round's record rows, in this order
@@ -71,6 +72,9 @@ class Algorithm(Generic[ClientStateT, ServerStateT, DownT, UpT]):
     # -- set-up ---------------------------------------------------------------------------------
 
     def init_server(self) -> Server[ServerStateT]:
+        if self.averages_models and set(self.ctx.architectures) != {self.ctx.config.model.name}:
+            raise BenchError(f"{self.name} averages parameters, so every client needs the architecture "
+                             f"{self.ctx.config.model.name!r}; drop model.candidates")
         if self.ctx.config.training.vectorize_clients:
             self.check_vectorizable()
         model = self.ctx.build_model("server") if self.has_global_model else None
@@ -236,12 +240,7 @@ class ParameterAveraging(Algorithm[ClientStateT, ServerStateT, ModelBroadcast[Do
 
     Params = AveragingParams
     params: AveragingParams
-
-    def init_server(self) -> Server[ServerStateT]:
-        if set(self.ctx.architectures) != {self.ctx.config.model.name}:
-            raise BenchError(f"{self.name} averages parameters, so every client needs the architecture "
-                             f"{self.ctx.config.model.name!r}; drop model.candidates")
-        return super().init_server()
+    averages_models = True
 
     def global_state(self, server: Server[ServerStateT], cid: int) -> dict[str, torch.Tensor]:
         """The model state the server shares with client ``cid``: its global model's entries but the personal ones."""

@@ -127,6 +127,7 @@ class FedAKD(Algorithm[FedAKDClient, NoState, ModelBroadcast[None], DistilledCop
     up: the distilled copy and its weight."""
 
     Params = FedAKDParams
+    averages_models = True
     params: FedAKDParams
     ClientState = FedAKDClient
     resident_models = 3  # the personal model, the working copy of the global model and the frozen teacher

@@ -187,6 +187,7 @@ class FedSAC(Algorithm[FedSACClient, FedSACServer, Submodel, TrainedModel]):
     the new global model, its reward."""
 
     Params = FedSACParams
+    averages_models = True
     params: FedSACParams
     ClientState = FedSACClient
     ServerState = FedSACServer

@@ -86,6 +86,7 @@ class RewardedClients(Algorithm[RewardedClient, Reputations, ModelBroadcast[None
     a client takes its reward in (:meth:`take_reward`)."""
 
     Params = RewardParams
+    averages_models = True
     params: RewardParams
     ClientState = RewardedClient
     ServerState = Reputations
