@@ -144,12 +144,13 @@ def test_a_method_that_trains_on_its_local_test_split_is_priced_for_those_images
     assert 0.75 < estimate["fedakd_code"] / _counted_run(config) < 1.25
 
 
-def test_a_run_that_diverges_on_the_stand_in_is_still_priced() -> None:
+@pytest.mark.parametrize("method", ["fedavg", "fedmd"])
+def test_a_run_whose_loss_explodes_on_the_stand_in_is_still_priced(method: str) -> None:
     """The estimate counts FLOPs, which do not depend on the loss: a learning rate that makes the short
-    measurement diverge prices the method as a stable one does."""
-    stable, diverging = (
+    measurement's loss explode prices the method as a stable one does, in paper mode too (FedMD)."""
+    stable, exploding = (
         {c.method: c for c in suite_costs(load_suite(PARAMS, overrides=[
-            *OVERRIDES[:1], "methods={fedavg: {}}", *OVERRIDES[2:],
-            f"profiles.smoke.suite.base.training.optimizer={{name: sgd, lr: {lr}}}"]))}["fedavg"]
+            *OVERRIDES[:1], f"methods={{{method}: {{}}}}", *OVERRIDES[2:], "profiles.smoke.suite.base.model={name: cnn}",
+            f"profiles.smoke.suite.base.training.optimizer={{name: sgd, lr: {lr}}}"]))}[method]
         for lr in (0.01, 1e6))
-    assert diverging.train_flops_per_image == stable.train_flops_per_image > 0
+    assert exploding.train_flops_per_image == stable.train_flops_per_image > 0

@@ -150,9 +150,9 @@ def stand_in(config: ExperimentConfig, data_dir: Path | None = None) -> str:
 
 def _measurement(config: ExperimentConfig, dataset: str, rounds: int) -> ExperimentConfig:
     """``config`` for ``rounds`` rounds on 2 iid clients of ``dataset`` holding about 1.5 batches each
-    (the rest held out), a public set (if any) of one batch, and no evaluation; a run that diverges on the
-    stand-in trains on (its FLOPs do not depend on its loss: FedAKD's released Standalone reference, Adam at
-    lr 0.15, diverges on it)."""
+    (the rest held out), a public set (if any) of one batch, and no evaluation. FLOPs do not depend on the loss,
+    so an exploding loss does not stop the measurement (``divergence_factor: null``: FedAKD's released Standalone
+    reference, Adam at lr 0.15, explodes on the stand-in); a non-finite one still does."""
     batch = config.training.batch_size
     public = config.public.size and batch
     per_client = (get_dataset_spec(dataset).num_train - public) / MEASURE_CLIENTS
@@ -162,7 +162,7 @@ def _measurement(config: ExperimentConfig, dataset: str, rounds: int) -> Experim
                           "local_test_fraction": max(0.0, 1 - 1.5 * batch / per_client),
                           "validation_fraction": config.partition.validation_fraction},
             "participation": {"fraction": 1.0}, "public": {"size": public, "source": "carve"},
-            "training": {**raw["training"], "rounds": rounds, "on_divergence": "train_on"},  # FLOPs, not the loss
+            "training": {**raw["training"], "rounds": rounds, "divergence_factor": None},
             "evaluation": {**raw["evaluation"], "global_model": False, "local_models": False,
                            "clients_on_global_test": False},
             "tracking": {"mlflow": False}}
