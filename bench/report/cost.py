@@ -179,13 +179,13 @@ def measurement_partition(measured: ExperimentConfig, data_dir: Path | None, loc
     """The measurement's partition: its config's clients (about 1.5 batches of train images each), with local
     test sets of ``local_test_ratio`` times their train size, drawn (a seeded choice) from the images the config
     holds out; the other held-out images are used by no client."""
-    partition = partition_for(measured, load_dataset(measured.dataset.name, data_dir), None)
+    data = load_dataset(measured.dataset.name, data_dir)
+    partition = partition_for(measured, data, None)
     stream = numpy_stream(measured.partition.seed, "cost-local-test")
     partition.local_test = [np.sort(stream.choice(held, min(len(held), round(local_test_ratio * len(train))),
                                                   replace=False))
                             for train, held in zip(partition.train, partition.local_test)]
-    source = load_dataset(measured.dataset.name, data_dir).train_y
-    partition.local_test_counts = class_counts(source, partition.local_test, partition.num_classes)
+    partition.local_test_counts = class_counts(data.train_y, partition.local_test, partition.num_classes)
     return partition
 
 
