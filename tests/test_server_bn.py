@@ -160,3 +160,31 @@ def test_a_rule_that_sets_one_global_models_statistics_refuses_one_model_per_arc
         with pytest.raises(BenchError, match=f"student_bn_stats: {rule} sets the statistics of one global model.*"
                                              "set student_bn_stats: distilled"):
             algo.aggregate_with_rule(1, server, [])
+
+
+@pytest.mark.parametrize("weighting", ["samples", "uniform"])
+def test_averaged_restores_the_uploads_buffers_averaged_with_the_methods_weights(weighting: str) -> None:
+    """``averaged``: after the server's work the global model's BatchNorm buffers are the uploads' averaged with the
+    method's aggregation weights (n_k, or 1 each under ``weighting: uniform``); its parameters stay as the server's
+    work left them. By hand: running means 0 and 4 from clients of 1 and 3 samples give 3 (samples) or 2 (uniform)."""
+    from typing import cast
+
+    from bench.algorithms.feddf import FedDF, FedDFParams
+    from bench.engine.messages import Update
+    from bench.engine.state import NoState, Server
+
+    algo = FedDF(FedDFParams(student_bn_stats="averaged", weighting=weighting), cast(Any, None))
+    setattr(algo, "aggregate", lambda round_index, server, updates: {})  # the method's own round: nothing
+    model = nn.BatchNorm1d(2)
+    weight = model.weight.detach().clone()
+    uploads = []
+    for cid, (mean, n) in enumerate([(0.0, 1), (4.0, 3)]):
+        state = {k: v.clone() for k, v in model.state_dict().items()}
+        state["running_mean"], state["running_var"] = torch.full((2,), mean), torch.full((2,), mean + 1.0)
+        state["weight"] = torch.full((2,), 10.0)  # a parameter: not the rule's
+        uploads.append(Update(cid, n, state, None))
+    algo.aggregate_with_rule(1, Server(model, NoState()), uploads)
+    expected = 3.0 if weighting == "samples" else 2.0
+    assert torch.equal(model.running_mean, torch.full((2,), expected))
+    assert torch.equal(model.running_var, torch.full((2,), expected + 1.0))
+    assert torch.equal(model.weight.detach(), weight)
