@@ -154,3 +154,13 @@ def test_a_run_whose_loss_explodes_on_the_stand_in_is_still_priced(method: str) 
             f"profiles.smoke.suite.base.training.optimizer={{name: sgd, lr: {lr}}}"]))}[method]
         for lr in (0.01, 1e6))
     assert exploding.train_flops_per_image == stable.train_flops_per_image > 0
+
+
+def test_the_measurement_counts_training_alone_not_the_evaluations_a_run_declares() -> None:
+    """Evaluation is priced apart (forward FLOPs per evaluated image), so the training measurement evaluates
+    nothing, not even the final round: a validation split, which the runner evaluates every round (and DaFKD's
+    ensemble diagnostics on the test set), leaves FedAvg's FLOPs per trained image as they are without one."""
+    costs = [{c.method: c for c in suite_costs(load_suite(PARAMS, overrides=[
+        *OVERRIDES[:1], "methods={fedavg: {}}", *OVERRIDES[2:], "profiles.smoke.suite.base.model={name: cnn}",
+        f"profiles.smoke.suite.base.partition.validation_fraction={fraction}"]))}["fedavg"] for fraction in (0.0, 0.3)]
+    assert costs[1].train_flops_per_image == pytest.approx(costs[0].train_flops_per_image, rel=1e-12)
