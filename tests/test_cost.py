@@ -117,7 +117,7 @@ def _counted_run(cfg: Any) -> int:
     raw = cfg.to_dict()
     raw["tracking"] = {"mlflow": False}
     with FlopCounterMode(display=False) as counter:
-        run_federation(build_config(raw), evaluate=False)
+        run_federation(build_config(raw), evaluating=False)
     return int(counter.get_total_flops())
 
 

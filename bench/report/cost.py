@@ -171,7 +171,7 @@ def _measurement(config: ExperimentConfig, dataset: str, rounds: int) -> Experim
 
 def _counted(config: ExperimentConfig, data_dir: Path | None, partition_dir: Path) -> int:
     with FlopCounterMode(display=False) as counter:
-        run_federation(config, data_dir, partition_dir, evaluate=False)
+        run_federation(config, data_dir, partition_dir, evaluating=False)
     return int(counter.get_total_flops())
 
 

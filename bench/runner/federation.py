@@ -263,10 +263,10 @@ def run_identity(config: ExperimentConfig, dataset_sha256: str, partition_sha256
 
 def run_federation(config: ExperimentConfig, data_dir: str | Path | None = None,
                    partition_dir: str | Path | None = None, progress: ProgressFn | None = None,
-                   checkpoints: Checkpoints | None = None, evaluate: bool = True) -> RunResult:
+                   checkpoints: Checkpoints | None = None, evaluating: bool = True) -> RunResult:
     """Run one experiment in this process and return its curves and records. With ``checkpoints``,
     resume from the checkpoint in its folder (if it belongs to this run) and write one when its policy
-    says; nothing else is written. ``evaluate=False`` evaluates in no round, the final one included (the cost
+    says; nothing else is written. ``evaluating=False`` evaluates in no round, the final one included (the cost
     model's measurement, which counts training alone and prices evaluation apart).
 
     ``timing``: ``train_time_s``, ``eval_time_s``, ``checkpoint_time_s``, ``setup_time_s``, ``wall_time_s`` and
@@ -330,7 +330,7 @@ def run_federation(config: ExperimentConfig, data_dir: str | Path | None = None,
                 "process_wall_time_s": time.perf_counter() - started}
 
     evaluations = algorithm.evaluations()
-    eval_at = evaluation_rounds(config) if evaluate else set()
+    eval_at = evaluation_rounds(config) if evaluating else set()
     timing["setup_time_s"] = before["setup_time_s"] + time.perf_counter() - started
     for t in range(start_round, config.training.rounds + 1):
         tick = time.perf_counter()
