@@ -255,6 +255,9 @@ def test_local_loss_terms_and_fedhkd_star() -> None:
     torch.testing.assert_close(full, ce + 0.05 * kd + 0.05 * feat)
     star = _algorithm(gamma=0).local_loss(STEP, _client(Tiny(W), x, y, H), x, y)
     assert torch.equal(star, ce + 0.05 * kd)  # γ = 0 removes the feature term exactly
+    torch.testing.assert_close(_algorithm(lam=0).local_loss(STEP, _client(Tiny(W), x, y, H), x, y), ce + 0.05 * feat)
+    present = _algorithm(kd_norm="present", feat_norm="present").local_loss(STEP, _client(Tiny(W), x, y, H), x, y)
+    torch.testing.assert_close(present, ce + 0.05 * kd * 3 / 2 + 0.05 * feat * 3 / 2)  # |J| = 2 classes, 2 samples
     assert torch.equal(_algorithm().local_loss(STEP, _client(Tiny(W), x, y, None), x, y), ce)  # round 1: plain CE
 
 
@@ -325,6 +328,16 @@ def test_local_loss_uses_the_configured_softmax() -> None:
     torch.testing.assert_close(stable, ce + 0.05 * feat)  # term 2 is 0: Q(𝓗^0) = (1/2, 0, 1/2) = 𝓠^0
     naive = _algorithm(softmax="naive").local_loss(STEP, _client(Tiny(W), x, y, big), x, y)
     assert torch.isnan(naive)
+
+
+def test_local_knowledge_uses_the_configured_softmax() -> None:
+    """q̄ of a sample with G(h)/T = (100, 0, 100): (1/2, 0, 1/2) with the paper's stable softmax, NaN with the
+    released code's naive one (``softmax: naive``)."""
+    x, y = torch.tensor([[50.0, 0.0]]), torch.tensor([0])
+    stable = _algorithm(noise="none").local_knowledge(_client(Tiny(W), x, y), 2)
+    torch.testing.assert_close(stable.soft[0], torch.tensor([0.5, 0.0, 0.5]))
+    naive = _algorithm(noise="none", softmax="naive").local_knowledge(_client(Tiny(W), x, y), 2)
+    assert torch.isnan(naive.soft[0, 0])
 
 
 def test_knowledge_over_one_pass_of_the_shuffled_drop_last_loader() -> None:
