@@ -341,17 +341,19 @@ def test_local_knowledge_uses_the_configured_softmax() -> None:
 
 
 def test_knowledge_over_one_pass_of_the_shuffled_drop_last_loader() -> None:
-    x = torch.tensor([[1.0, 0.0], [2.0, 0.0], [3.0, 0.0], [0.0, 1.0], [0.0, 2.0], [0.0, 3.0], [0.0, 4.0]])
-    y = torch.tensor([0, 0, 0, 2, 2, 2, 2])
-    cfg = {"training": {"batch_size": 3, "drop_last": True}}
-    hkd = _algorithm(noise="none", hk_data="loader")
-    hkd.ctx = Context(small_config(algorithm={"name": "fedhkd"}, **cfg), (2,), 3, torch.device("cpu"))
-    k = hkd.local_knowledge(_client(Tiny(W), x, y), round_index=2)
-    kept = torch.randperm(7, generator=torch_stream(hkd.ctx.seed, "hk-batches", 0, 2))[:6]  # 2 batches of 3
-    assert k.counts.tolist() == [int((y[kept] == 0).sum()), 0, int((y[kept] == 2).sum())] and k.counts.sum() == 6
-    torch.testing.assert_close(k.features[2], x[kept][y[kept] == 2].mean(0))
-    whole = _algorithm(noise="none").local_knowledge(_client(Tiny(W), x, y), round_index=2)
-    assert whole.counts.tolist() == [3, 0, 4]
+    """hk_data: loader (§3.1 [C]): the knowledge of the samples one pass of the client's shuffled train loader visits,
+    the ("hk-batches", client, round) stream's permutation cut into batches, the last partial batch dropped: 8 of 10
+    samples in batches of 4. The features are powers of 2, so the means tell which two samples were left out."""
+    x = torch.tensor([[2.0 ** i, 0.0] for i in range(5)] + [[0.0, 2.0 ** i] for i in range(5)])
+    y = torch.tensor([0] * 5 + [2] * 5)
+    hkd = _algorithm(noise="none", hk_data="loader", config={"training": {"batch_size": 4, "drop_last": True}})
+    k = hkd.local_knowledge(_client(Tiny(W), x, y, cid=3), round_index=2)
+    kept = torch.randperm(10, generator=torch_stream(hkd.ctx.seed, "hk-batches", 3, 2))[:8]  # 2 batches of 4
+    xk, yk = x[kept], y[kept]
+    assert k.counts.tolist() == [int((yk == 0).sum()), 0, int((yk == 2).sum())] and k.counts.sum() == 8
+    torch.testing.assert_close(k.features[[0, 2]], torch.stack([xk[yk == 0].mean(0), xk[yk == 2].mean(0)]))
+    whole = _algorithm(noise="none").local_knowledge(_client(Tiny(W), x, y, cid=3), round_index=2)
+    assert whole.counts.tolist() == [5, 0, 5]
 
 
 def test_code_mode_round_one_is_plain_ce_even_with_knowledge_written_this_round() -> None:
