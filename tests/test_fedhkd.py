@@ -183,8 +183,9 @@ def test_last_writer_aggregation_follows_the_rounds_seeded_order_and_keeps_class
     local = []
     for i in range(4):
         held = torch.tensor([i in pair for pair in pairs] + [False])
-        local.append(ClassStatistics(torch.where(held.unsqueeze(1), torch.tensor([[float(i + 1), 0.0]] * 7), 0.0),
-                                     torch.where(held.unsqueeze(1), torch.full((7, 7), i / 10), 0.0), held.long() * (i + 1)))
+        rows = held.unsqueeze(1)
+        local.append(ClassStatistics(torch.where(rows, torch.tensor([[float(i + 1), 0.0]] * 7), 0.0),
+                                     torch.where(rows, torch.full((7, 7), i / 10), 0.0), held.long() * (i + 1)))
     old = ClassStatistics(torch.full((7, 2), 9.0), torch.full((7, 7), 1 / 7), torch.full((7,), 7))
     code = _algorithm(mode="code", hk_update="round", num_classes=7)
     for round_index in (4, 5):
