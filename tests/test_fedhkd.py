@@ -44,17 +44,19 @@ W = torch.tensor([[1.0, 0.0], [0.0, 2.0], [1.0, -1.0]])  # 3 classes, d = 2
 STEP = Step(round=2, index=0)
 
 
-def _algorithm(name: str = "fedhkd", num_classes: int = 3, in_dim: int = 2, **params: Any) -> Algorithm:
-    cfg = small_config(algorithm={"name": name, **params})
+def _algorithm(name: str = "fedhkd", num_classes: int = 3, in_dim: int = 2, config: dict[str, Any] | None = None,
+               **params: Any) -> Algorithm:
+    """The method with ``params``, in a small config with the ``config`` sections merged in."""
+    cfg = small_config(algorithm={"name": name, **params}, **(config or {}))
     cls = get_algorithm(name)
     ctx = Context(cfg, (in_dim,), num_classes, torch.device("cpu"))
     return cls(cls.Params.model_validate(cfg.algorithm.params), ctx)
 
 
 def _client(model: nn.Module, x: torch.Tensor, y: torch.Tensor, knowledge: ClassStatistics | None = None,
-            name: str = "fedhkd") -> Client:
+            name: str = "fedhkd", cid: int = 0) -> Client:
     state = Knowledge(knowledge) if name == "fedhkd" else Prototypes(knowledge)
-    return Client(0, ClientData(x, y, x[:0], y[:0]), model, state)
+    return Client(cid, ClientData(x, y, x[:0], y[:0]), model, state)
 
 
 def _stats(features: list[list[float]], counts: list[int], soft: list[list[float]] | None = None) -> ClassStatistics:
@@ -74,10 +76,20 @@ def test_hyper_knowledge_is_per_class_means_and_tempered_soft_predictions() -> N
     soft0 = sum(torch.softmax(W @ xi / T, 0) for xi in x[:4]) / 4  # mean of softmaxes, not softmax of mean
     torch.testing.assert_close(k.soft[0], soft0)
     torch.testing.assert_close(k.soft[2], torch.softmax(W @ x[4] / T, 0))
-    assert k.counts.tolist() == [4, 0, 1]
+    assert k.counts.tolist() == [4, 0, 1] and not k.soft[1].any()  # class 1 not held: zeros, count 0
     # nu_mode fraction: class 2 holds 1/5 = 0.2 < ν = 0.25, so it is not shared
     k = _algorithm(noise="none", nu_mode="fraction").local_knowledge(_client(Tiny(W), x, y), 1)
-    assert k.counts.tolist() == [4, 0, 0] and k.features[2].abs().sum() == 0
+    assert k.counts.tolist() == [4, 0, 0] and not k.features[2].any() and not k.soft[2].any()
+
+
+def test_nu_fraction_shares_a_class_holding_exactly_nu_of_the_samples() -> None:
+    """nu_mode: fraction shares class j iff N_i^j/N_i ≥ ν: a class with 1 of 4 samples (ν = 0.25) is shared."""
+    x = torch.tensor([[1.0, 0.0], [3.0, 2.0], [2.0, 2.0], [0.0, 4.0]])
+    y = torch.tensor([0, 0, 0, 2])
+    k = _algorithm(noise="none", nu_mode="fraction").local_knowledge(_client(Tiny(W), x, y), 1)
+    assert k.counts.tolist() == [3, 0, 1]
+    torch.testing.assert_close(k.features[2], torch.tensor([0.0, 4.0]))
+    torch.testing.assert_close(k.soft[2], torch.softmax(W @ x[3] / T, 0))
 
 
 # -- differential privacy (§3.3, §8) ------------------------------------------------------------
@@ -103,6 +115,24 @@ def test_noise_scale_per_element_on_features_only() -> None:
     const = _algorithm(in_dim=d, noise="const").local_knowledge(_client(Tiny(torch.zeros(3, d)), x, y), 1)
     noise = const.features - clean.features
     assert torch.equal(noise[0], noise[1]) and abs(noise[0].std().item() - 2.0) < 0.05  # code: one vector, std 2
+
+
+def test_dp_noise_is_drawn_from_the_clients_stream_of_the_round() -> None:
+    """Eq. 7: h̃_i^j = h̄_i^j + n, n ~ N(0, (σ·2ζ/N_i^j)²) per element, drawn (class by class) from the run's
+    ("dp-noise", client, round) stream, so that two clients or two rounds get independent noise; the code's
+    constant noise is one draw of std noise_std from the same stream, added to every shared class."""
+    x = torch.tensor([[1.0, 0.0], [3.0, 2.0], [0.0, 4.0]])
+    y = torch.tensor([0, 0, 2])  # N^0 = 2, N^2 = 1: std 7·6/2 = 21 and 7·6/1 = 42; class 1 not held
+    hkd = _algorithm()
+    k = hkd.local_knowledge(_client(Tiny(W), x, y, cid=3), round_index=5)
+    draw = torch.randn(3, 2, generator=torch_stream(hkd.ctx.seed, "dp-noise", 3, 5))
+    torch.testing.assert_close(k.features[0], torch.tensor([2.0, 1.0]) + 21 * draw[0])
+    torch.testing.assert_close(k.features[2], torch.tensor([0.0, 4.0]) + 42 * draw[2])
+    assert not k.features[1].any() and k.counts.tolist() == [2, 0, 1]
+    const = _algorithm(noise="const").local_knowledge(_client(Tiny(W), x, y, cid=3), round_index=5)
+    one = 2.0 * torch.randn(1, 2, generator=torch_stream(hkd.ctx.seed, "dp-noise", 3, 5))[0]
+    torch.testing.assert_close(const.features[[0, 2]], torch.tensor([[2.0, 1.0], [0.0, 4.0]]) + one)
+    assert not const.features[1].any()
 
 
 # -- server aggregation (§3.4, Eq. 9) -----------------------------------------------------------
@@ -145,6 +175,47 @@ def test_last_writer_aggregation_by_hand() -> None:
     torch.testing.assert_close(k.soft, expected.soft)
 
 
+def test_last_writer_aggregation_follows_the_rounds_seeded_order_and_keeps_classes_nobody_holds() -> None:
+    """A4 (code): after the round the server takes the uploads in the ("hk-order", round) permutation, each class
+    from the last client holding it; a class nobody holds keeps last round's knowledge. Four clients, each class
+    held by one pair of them, so that every pair's order shows."""
+    pairs = [(0, 1), (0, 2), (0, 3), (1, 2), (1, 3), (2, 3)]  # classes 0-5; class 6: nobody
+    local = []
+    for i in range(4):
+        held = torch.tensor([i in pair for pair in pairs] + [False])
+        rows = held.unsqueeze(1)
+        local.append(ClassStatistics(torch.where(rows, torch.tensor([[float(i + 1), 0.0]] * 7), 0.0),
+                                     torch.where(rows, torch.full((7, 7), i / 10), 0.0), held.long() * (i + 1)))
+    old = ClassStatistics(torch.full((7, 2), 9.0), torch.full((7, 7), 1 / 7), torch.full((7,), 7))
+    code = _algorithm(mode="code", hk_update="round", num_classes=7)
+    for round_index in (4, 5):
+        position = numpy_stream(code.ctx.seed, "hk-order", round_index).permutation(4).argsort()
+        last = [max(pair, key=lambda i: position[i]) for pair in pairs]
+        k = _aggregate(code, round_index, local, previous=old)
+        assert k.features[:, 0].tolist() == [i + 1 for i in last] + [9.0]
+        assert k.counts.tolist() == [i + 1 for i in last] + [7]
+        torch.testing.assert_close(k.soft[:6], torch.stack([torch.full((7,), i / 10) for i in last]))
+        torch.testing.assert_close(k.soft[6], old.soft[6])
+
+
+def test_client_by_client_knowledge_is_taken_in_on_receipt_and_not_again_at_the_round_end() -> None:
+    """hk_update: client (§3.9): each upload overwrites the classes it holds at once (the code's dict.update), the
+    others keep what the server had; the round's aggregation then leaves the knowledge as it is."""
+    code = _algorithm(mode="code")
+    server = Server(Tiny(W), Knowledge(OLD))
+    state = server.model.state_dict()
+    first, second = Update(0, 10, state, A), Update(1, 10, state, _stats([[5.0, 5.0], [0, 0], [0, 0]], [1, 0, 0]))
+    code.receive(2, server, first)  # A holds classes 0 and 2
+    torch.testing.assert_close(server.state.knowledge.features, torch.tensor([[1.0, 0.0], [9.0, 9.0], [2.0, 2.0]]))
+    code.receive(2, server, second)  # holds class 0 only
+    expected = torch.tensor([[5.0, 5.0], [9.0, 9.0], [2.0, 2.0]])
+    torch.testing.assert_close(server.state.knowledge.features, expected)
+    assert server.state.knowledge.counts.tolist() == [1, 7, 2]
+    code.aggregate(2, server, [first, second])
+    torch.testing.assert_close(server.state.knowledge.features, expected)
+    assert server.state.knowledge.counts.tolist() == [1, 7, 2]
+
+
 # -- local objective (§3.5, Eq. 11) -------------------------------------------------------------
 
 H = _stats([[1.0, 0.0], [0.0, 0.0], [0.0, 1.0]], [2, 0, 3], [[0.7, 0.2, 0.1], [0.0, 0.0, 0.0], [0.1, 0.1, 0.8]])
@@ -185,7 +256,40 @@ def test_local_loss_terms_and_fedhkd_star() -> None:
     torch.testing.assert_close(full, ce + 0.05 * kd + 0.05 * feat)
     star = _algorithm(gamma=0).local_loss(STEP, _client(Tiny(W), x, y, H), x, y)
     assert torch.equal(star, ce + 0.05 * kd)  # γ = 0 removes the feature term exactly
+    torch.testing.assert_close(_algorithm(lam=0).local_loss(STEP, _client(Tiny(W), x, y, H), x, y), ce + 0.05 * feat)
+    present = _algorithm(kd_norm="present", feat_norm="present").local_loss(STEP, _client(Tiny(W), x, y, H), x, y)
+    torch.testing.assert_close(present, ce + 0.05 * kd * 3 / 2 + 0.05 * feat * 3 / 2)  # |J| = 2 classes, 2 samples
     assert torch.equal(_algorithm().local_loss(STEP, _client(Tiny(W), x, y, None), x, y), ce)  # round 1: plain CE
+
+
+@pytest.mark.parametrize("epochs", [1, 2])
+def test_client_update_trains_on_eq_11_and_reports_the_knowledge_share(epochs: int) -> None:
+    """A client takes the broadcast model and knowledge, takes full-batch SGD steps on Eq. 11 (computed here by
+    hand), and answers with its id, its sample count, the trained model and its hyper-knowledge after training;
+    ``train_loss`` is the mean loss over the steps and ``knowledge_share`` the mean over the steps of
+    (λ·term 2 + γ·term 3)/loss."""
+    x = torch.tensor([[1.0, 1.0], [2.0, 0.0], [0.0, 0.0]])
+    y = torch.tensor([0, 1, 2])
+    hkd = _algorithm(config={"training": {"local_epochs": epochs, "optimizer": {"name": "sgd", "lr": 0.5}}})
+    feat = (torch.linalg.vector_norm(x[0] - H.features[0]) + torch.linalg.vector_norm(x[2] - H.features[2])) / 3
+    w, losses, shares = W.clone().requires_grad_(), [], []
+    for _ in range(epochs):
+        kd = sum(torch.linalg.vector_norm(torch.softmax(w @ H.features[j] / T, 0) - H.soft[j]) for j in (0, 2)) / 3
+        loss = nn.functional.cross_entropy(x @ w.T, y) + 0.05 * kd + 0.05 * feat
+        losses.append(loss.item())
+        shares.append((0.05 * kd + 0.05 * feat).item() / loss.item())
+        w = (w - 0.5 * torch.autograd.grad(loss, w)[0]).detach().requires_grad_()
+    client = _client(Tiny(torch.zeros(3, 2)), x, y, cid=1)
+    update, metrics = hkd.client_update(2, client, ModelBroadcast(Tiny(W).state_dict(), H))
+    assert client.state.knowledge is H
+    torch.testing.assert_close(client.model.classifier.weight, w.detach())
+    assert metrics["train_loss"] == pytest.approx(sum(losses) / epochs, rel=1e-5)
+    assert metrics["knowledge_share"] == pytest.approx(sum(shares) / epochs, rel=1e-5)
+    assert (update.cid, update.num_samples) == (1, 3)
+    torch.testing.assert_close(update.state["classifier.weight"], w.detach())
+    after = hkd.local_knowledge(client, 2)
+    torch.testing.assert_close(update.payload.features, after.features)
+    torch.testing.assert_close(update.payload.soft, after.soft)
 
 
 def test_naive_softmax_overflows_and_its_log_underflows_as_the_released_code() -> None:
@@ -205,18 +309,52 @@ def test_naive_softmax_overflows_and_its_log_underflows_as_the_released_code() -
     assert math.isclose(stable.item(), float((q * (q.log() - log_p)).sum()) / 3, rel_tol=1e-5)
 
 
+def test_tempered_softmax_by_hand_row_by_row() -> None:
+    """Q(z, T)_c = exp(z_c/T)/Σ_c' exp(z_c'/T) (Eq. 2) for each row of a batch, both ways of computing it."""
+    z = T * torch.log(torch.tensor([[1.0, 3.0, 4.0], [2.0, 1.0, 1.0]]))  # exp(z/T) = those numbers
+    expected = torch.tensor([[1 / 8, 3 / 8, 4 / 8], [1 / 2, 1 / 4, 1 / 4]])
+    torch.testing.assert_close(tempered_softmax(z, T, "stable"), expected)
+    torch.testing.assert_close(tempered_softmax(z, T, "naive"), expected)
+
+
+def test_local_loss_uses_the_configured_softmax() -> None:
+    """Term 2 on prototypes with G(𝓗^0)/T = (100, 0, 100): the paper's stable softmax gives a finite objective,
+    the released code's naive one (``softmax: naive``) exp(100) = inf and a NaN objective, as its runs diverge."""
+    big = _stats([[50.0, 0.0], [0.0, 0.0], [0.0, 0.0]], [1, 0, 0], [[0.5, 0.0, 0.5], [0] * 3, [0] * 3])
+    x = torch.tensor([[1.0, 1.0], [2.0, 0.0]])
+    y = torch.tensor([0, 1])
+    ce = nn.functional.cross_entropy(x @ W.T, y)
+    feat = torch.linalg.vector_norm(x[0] - big.features[0]) / 2  # (1/B)Σ_k, class 1 has no knowledge
+    stable = _algorithm().local_loss(STEP, _client(Tiny(W), x, y, big), x, y)
+    torch.testing.assert_close(stable, ce + 0.05 * feat)  # term 2 is 0: Q(𝓗^0) = (1/2, 0, 1/2) = 𝓠^0
+    naive = _algorithm(softmax="naive").local_loss(STEP, _client(Tiny(W), x, y, big), x, y)
+    assert torch.isnan(naive)
+
+
+def test_local_knowledge_uses_the_configured_softmax() -> None:
+    """q̄ of a sample with G(h)/T = (100, 0, 100): (1/2, 0, 1/2) with the paper's stable softmax, NaN with the
+    released code's naive one (``softmax: naive``)."""
+    x, y = torch.tensor([[50.0, 0.0]]), torch.tensor([0])
+    stable = _algorithm(noise="none").local_knowledge(_client(Tiny(W), x, y), 2)
+    torch.testing.assert_close(stable.soft[0], torch.tensor([0.5, 0.0, 0.5]))
+    naive = _algorithm(noise="none", softmax="naive").local_knowledge(_client(Tiny(W), x, y), 2)
+    assert torch.isnan(naive.soft[0, 0])
+
+
 def test_knowledge_over_one_pass_of_the_shuffled_drop_last_loader() -> None:
-    x = torch.tensor([[1.0, 0.0], [2.0, 0.0], [3.0, 0.0], [0.0, 1.0], [0.0, 2.0], [0.0, 3.0], [0.0, 4.0]])
-    y = torch.tensor([0, 0, 0, 2, 2, 2, 2])
-    cfg = {"training": {"batch_size": 3, "drop_last": True}}
-    hkd = _algorithm(noise="none", hk_data="loader")
-    hkd.ctx = Context(small_config(algorithm={"name": "fedhkd"}, **cfg), (2,), 3, torch.device("cpu"))
-    k = hkd.local_knowledge(_client(Tiny(W), x, y), round_index=2)
-    kept = torch.randperm(7, generator=torch_stream(hkd.ctx.seed, "hk-batches", 0, 2))[:6]  # 2 batches of 3
-    assert k.counts.tolist() == [int((y[kept] == 0).sum()), 0, int((y[kept] == 2).sum())] and k.counts.sum() == 6
-    torch.testing.assert_close(k.features[2], x[kept][y[kept] == 2].mean(0))
-    whole = _algorithm(noise="none").local_knowledge(_client(Tiny(W), x, y), round_index=2)
-    assert whole.counts.tolist() == [3, 0, 4]
+    """hk_data: loader (§3.1 [C]): the knowledge of the samples one pass of the client's shuffled train loader visits,
+    the ("hk-batches", client, round) stream's permutation cut into batches, the last partial batch dropped: 8 of 10
+    samples in batches of 4. The features are powers of 2, so the means tell which two samples were left out."""
+    x = torch.tensor([[2.0 ** i, 0.0] for i in range(5)] + [[0.0, 2.0 ** i] for i in range(5)])
+    y = torch.tensor([0] * 5 + [2] * 5)
+    hkd = _algorithm(noise="none", hk_data="loader", config={"training": {"batch_size": 4, "drop_last": True}})
+    k = hkd.local_knowledge(_client(Tiny(W), x, y, cid=3), round_index=2)
+    kept = torch.randperm(10, generator=torch_stream(hkd.ctx.seed, "hk-batches", 3, 2))[:8]  # 2 batches of 4
+    xk, yk = x[kept], y[kept]
+    assert k.counts.tolist() == [int((yk == 0).sum()), 0, int((yk == 2).sum())] and k.counts.sum() == 8
+    torch.testing.assert_close(k.features[[0, 2]], torch.stack([xk[yk == 0].mean(0), xk[yk == 2].mean(0)]))
+    whole = _algorithm(noise="none").local_knowledge(_client(Tiny(W), x, y, cid=3), round_index=2)
+    assert whole.counts.tolist() == [5, 0, 5]
 
 
 def test_code_mode_round_one_is_plain_ce_even_with_knowledge_written_this_round() -> None:
