@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import math
 from collections.abc import Iterator
 from types import SimpleNamespace
 from typing import Any
@@ -189,6 +190,19 @@ def test_a_round_logs_the_generated_labels_fidelity_against_chance(run: Any) -> 
     """A round's metrics: ``gen_fidelity``, a share, against ``gen_chance`` = 1/C (C = 10 digits)."""
     (row,) = run.curves
     assert row["gen_chance"] == pytest.approx(0.1) and 0 <= row["gen_fidelity"] <= 1
+
+
+def test_discrepancy_and_class_terms_by_hand_where_sign_and_form_show() -> None:
+    """L_md = −mean_i(α_i·mean_c|s_ic − t_ic|) on s = (1, 2), (0, 0), t = (3, 1), (0, 2), α = (1, 0.5): rows 1.5, 1
+    give −(1.5 + 0.5)/2 = −1 (|s + t| would give −(3.5 + 0.5)/2). L_cls on t = (log 3, 0), (0, 0), y = (0, 1): CE
+    log(4/3), log 2; per sample mean(α·CE) = (log(4/3) + ½·log 2)/2, the code's batch form mean CE · mean α =
+    (log(4/3) + log 2)/2 · 0.75."""
+    s, t, w = torch.tensor([[1.0, 2.0], [0.0, 0.0]]), torch.tensor([[3.0, 1.0], [0.0, 2.0]]), torch.tensor([1.0, 0.5])
+    assert fedftg_module.discrepancy_loss(s, t, w).item() == pytest.approx(-1.0)
+    t, y, ln = torch.tensor([[math.log(3.0), 0.0], [0.0, 0.0]]), torch.tensor([0, 1]), math.log
+    assert fedftg_module.weighted_cross_entropy(t, y, w, "sample").item() == pytest.approx(
+        (ln(4 / 3) + 0.5 * ln(2)) / 2)
+    assert fedftg_module.weighted_cross_entropy(t, y, w, "batch").item() == pytest.approx((ln(4 / 3) + ln(2)) / 2 * 0.75)
 
 
 def test_label_schedule_cuts_by_cumulative_shares_and_shuffles_with_its_stream() -> None:
