@@ -204,6 +204,9 @@ def test_generator_and_discriminator_streams_are_seeded() -> None:
     a = algorithm.distillation_set(2, generator)
     assert torch.equal(a, algorithm.distillation_set(2, generator))
     assert not torch.equal(a, algorithm.distillation_set(3, generator))
+    rng, size = algorithm.ctx.stream("dafkd-distill", 2), cfg.training.batch_size  # D̂^g's own stream, batch by batch
+    with torch.no_grad():
+        assert torch.equal(a, torch.cat([algorithm.sample(generator, size, rng) for _ in range(2)]))
     draw = lambda *key: algorithm.sample(generator, 4, algorithm.ctx.stream(*key))  # noqa: E731
     assert torch.equal(draw("dafkd-fake", 1, 2), draw("dafkd-fake", 1, 2))
     assert not torch.equal(draw("dafkd-fake", 1, 2), draw("dafkd-fake", 2, 2))
@@ -559,6 +562,13 @@ class SeparateDiagonal(torch.nn.Module):
         return x, (x[:, 0] - x[:, 1]).unsqueeze(1)
 
 
+class FlippedDiagonal(SeparateDiagonal):
+    """:class:`SeparateDiagonal` with ℓ(x) = x₂ − x₁."""
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return x, (x[:, 1] - x[:, 0]).unsqueeze(1)
+
+
 @pytest.mark.parametrize("sharing", ["shared", "separate"])
 def test_paper_local_update_losses_by_hand_eq9_and_eq3(sharing: str) -> None:
     """Algorithm 1 lines 20-23 on the same x, y, x̂ and ℓ = x₁ − x₂ (the head on the shared extractor, or a separate
@@ -576,6 +586,8 @@ def test_paper_local_update_losses_by_hand_eq9_and_eq3(sharing: str) -> None:
                                                                                  rel=1e-6)
     assert calls == [rng] * 3 and gan.generator_trains(0) and gan.generator_trains(9)
     assert gan.real_out[-1].item() == pytest.approx(0.5)
+    seen = gan.model.inputs[:2 if sharing == "shared" else 1]  # the real batch passes the extractor once (h_c and h_d)
+    assert [s.tolist() for s in seen] == ([X.tolist(), FAKE.tolist()] if sharing == "shared" else [X.tolist()])
     one = gan.classifier_loss(Step(2, 1, rng), 0, X[:1], Y[:1])  # a batch of one sample: ℓ(x) = 1, ℓ(x̂) = 0
     assert one.item() == pytest.approx(softplus(-1) + (softplus(-1) + softplus(0)) / 2, rel=1e-6)
 
@@ -831,6 +843,10 @@ def test_domain_ensemble_by_hand_and_the_diagnostic_models() -> None:
         assert torch.allclose(scores[0], (p1 + p2) / 2)
         one_alpha, one_scores = ensemble(x[:1])  # a batch of one image
         assert one_alpha.shape == (1, 2) and torch.allclose(one_scores, scores[:1])
+    apart = dafkd_module.DomainEnsemble([first, second], [SeparateDiagonal(), FlippedDiagonal()], correlation_weights,
+                                        2.0, "probabilities")  # α̂ from the D_k alone: ℓ = 1, −1 on x = (1, 0)
+    s = 1 / (1 + math.exp(-1))
+    assert torch.allclose(apart(x[:1])[0], torch.tensor([[s, 1 - s]]))
     fixed = lambda d: torch.tensor([[0.25], [0.75]]) * torch.ones_like(d)  # noqa: E731
     weighted = dafkd_module.DomainEnsemble([first, second], None, fixed, 2.0, "logits")
     alpha, scores = weighted(x[:1])

@@ -588,7 +588,8 @@ class DaFKD(ServerBNRule[DaFKDClient, DaFKDServer, GeneratorBroadcast, DomainUpl
         return not (round_index == 1 and self.params.skip_first_distill)
 
     def distillation_set(self, round_index: int, generator: nn.Module) -> torch.Tensor:
-        """D̂^g: ``distill_batches`` batches of generated samples, fresh noise every round, G in train mode (A11)."""
+        """D̂^g: ``distill_batches`` batches of generated samples, fresh noise every round (stream
+        ``("dafkd-distill", t)``), G in train mode (A11)."""
         p = self.params
         size = p.distill_batch_size or self.ctx.config.training.batch_size
         rng = self.ctx.stream("dafkd-distill", round_index)

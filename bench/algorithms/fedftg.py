@@ -7,7 +7,8 @@ label histograms n_k^y (over their whole train set). The server averages (n_k-we
 then fine-tunes the average with its persistent conditional generator G (G-cond, ``cond_image_generator``,
 nz = 100) for ``iterations`` I = 10 iterations. The round's 10·B labels are cut in proportion to
 n^y = Σ_{k∈S_t} n_k^y (the code's cumulative-share cut) and shuffled; α_{k,y} = n_k^y / (n^y + 1e-6). In
-iteration e, with the next B labels y and z ~ N(0, I) (the same z for both phases):
+iteration e, with the next B labels y and z ~ N(0, I) (the same z for both phases; the labels, then each
+iteration's z, from the stream ``("fedftg-server", t)``):
 
 * generator: for each selected client k (client-id order) ``generator_steps`` Adam step(s) on
   L_md + λ_cls·L_cls + λ_dis·L_div / K_t, with x̃ = G(z, y), t = z_k(x̃) (eval mode), s = the student's
