@@ -169,13 +169,15 @@ def test_fedgen_client_uploads_one_plus_the_label_counts_of_every_batch_it_train
 
 
 def test_fedgen_server_step_minimises_the_weighted_teacher_and_diversity_losses_on_the_uploaded_heads() -> None:
-    """Round t: lr = 3e-4·0.98^(t−1); ``generator_epochs × teacher_iters`` = 2·2 steps, each on labels drawn from the
+    """Adam with ``generator_weight_decay``; in round t: lr = 3e-4·0.98^(t−1); ``generator_epochs × teacher_iters`` = 2·2 steps, each on labels drawn from the
     qualified ones (max_u c_{u,y} > 1: 0, 1, 4) with fresh U(0,1) noise, whose gradient is that of
     2·Σ_u mean_b[w_{y_b,u}·CE(G_ω^u(h_b), y_b)] + 3·L_div with the clients' uploaded heads G_ω^u (read, not trained);
     the fidelity is the share of the last step's latents whose label Σ_u w_{y,u}·softmax(G_ω^u(h)) names."""
     fedgen, server = _fedgen(generator_epochs=2, teacher_iters=2, server_batch_size=6, teacher_weight=2.0,
-                             diversity_weight=3.0, noise_dim=4, hidden=8)
+                             diversity_weight=3.0, noise_dim=4, hidden=8, generator_weight_decay=0.05)
     generator = server.state.generator
+    assert type(server.state.optimizer) is torch.optim.Adam  # one Adam for the whole run, its state kept
+    assert server.state.optimizer.param_groups[0]["weight_decay"] == 0.05
     counts = torch.ones(2, 10)
     counts[0, 0], counts[1, 1], counts[1, 4] = 3.0, 2.0, 5.0
     heads = []
