@@ -2,11 +2,13 @@
 final block, and short digits runs that learn and repeat bitwise."""
 from __future__ import annotations
 
+import copy
 import math
 from pathlib import Path
 
 import pytest
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from bench.algorithms.fedalign import (FedAlign, FedAlignParams, fedalign_backward, lipschitz, sqrt_top_eigenvalue,
@@ -19,7 +21,7 @@ from bench.runner.federation import run_federation, to_tensor
 from bench.engine.state import Client, ClientData
 from bench.errors import BenchError
 from bench.models import build_model
-from bench.models.slimmable import capture_block_io, final_block, slim_forward
+from bench.models.slimmable import BNStats, capture_block_io, final_block, slim_forward
 from tests.conftest import small_config
 
 
@@ -103,6 +105,14 @@ def test_transmitting_matrix_shape_and_value() -> None:
     assert transmitting_matrix(torch.randn(3, 4, 8, 8), torch.randn(3, 8, 8, 8)).shape == (3, 4, 8)
 
 
+def test_transmitting_matrix_pools_each_axis_to_the_output_map() -> None:
+    """A 4×2 input map pooled to the 2×1 output map: the window means are (1+2+3+4)/4 = 2.5 and (5+6+7+8)/4 = 6.5,
+    so TM = (2.5·1 + 6.5·2)/(H·W = 2) = 7.75."""
+    f_in = torch.arange(1.0, 9.0).reshape(1, 1, 4, 2)
+    f_out = torch.tensor([1.0, 2.0]).reshape(1, 1, 2, 1)
+    assert transmitting_matrix(f_in, f_out).item() == pytest.approx(7.75)
+
+
 def test_lipschitz_runs_the_given_power_iterations() -> None:
     """One sample, 2 channels at 1×2 positions: TM = f_in·f_outᵀ/2 = diag(1, 1/2), K = diag(1, 1/4). One power step
     from the ones vector: K·1 = (1, 1/4), so the estimate is √‖K·1‖ = (1 + 1/16)^(1/4); ten steps reach TM's
@@ -147,6 +157,56 @@ def test_sub_network_pass_keeps_bn_statistics(name: str, shape: tuple[int, ...])
     assert _state_equal(block.state_dict(), before)
     with torch.no_grad():
         assert out.shape[1] == math.ceil(0.25 * block(f_in).shape[1])
+
+
+def _digits_cnn_batch() -> tuple[nn.Module, nn.Module, torch.Tensor, torch.Tensor]:
+    model = build_model("cnn", (1, 8, 8), 10)
+    model.train()
+    gen = torch.Generator().manual_seed(2)
+    return model, final_block(model, "cnn"), torch.randn(8, 1, 8, 8, generator=gen), torch.arange(8)
+
+
+def _ce_gradients(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> list[torch.Tensor]:
+    _, logits = model(x)
+    return list(torch.autograd.grad(F.cross_entropy(logits, y), list(model.parameters())))
+
+
+def test_fedalign_at_full_width_adds_no_alignment_term() -> None:
+    """At w = 1 with batch statistics the sub-network is the block itself (bitwise), so L_lip = 0: the batch adds
+    no alignment term (not FedAlign's 0/0): the values are (L_CE, 0) and the gradients are CE's alone."""
+    model, block, x, y = _digits_cnn_batch()
+    reference = copy.deepcopy(model)
+    ce, align = fedalign_backward(model, block, x, y, FedAlignParams(width=1.0, sub_bn="batch"))
+    with capture_block_io(final_block(reference, "cnn")) as io:
+        expected = _ce_gradients(reference, x, y)
+    assert torch.equal(slim_forward(final_block(reference, "cnn"), io["input"], 1.0, "batch"), io["output"])
+    assert align == 0.0 and ce == pytest.approx(F.cross_entropy(reference(x)[1], y).item())
+    assert all(p.grad is not None and torch.equal(p.grad, g) for p, g in zip(model.parameters(), expected))
+
+
+@pytest.mark.parametrize("sub_bn", ["batch", "running"])
+def test_fedalign_gradient_is_ce_plus_mu_ce_over_lip_times_the_alignment_gradient(sub_bn: BNStats) -> None:
+    """Step 4: ∇L_CE + μ·(L_CE/L_lip)·∇L_lip, L_lip = MSE(√λ_max at width w through the final block with the chosen
+    BN statistics, √λ_max at full width, held fixed), both from the detached block input; μ = 0.45, w = 0.25
+    (the digits cnn's final block: 4 of its 16 input channels)."""
+    model, block, x, y = _digits_cnn_batch()
+    reference = copy.deepcopy(model)
+    params = FedAlignParams(sub_bn=sub_bn)
+    ce, align = fedalign_backward(model, block, x, y, params)
+
+    ref_block = final_block(reference, "cnn")
+    with capture_block_io(ref_block) as io:
+        g_ce = _ce_gradients(reference, x, y)
+    f_in, f_out = io["input"].detach(), io["output"].detach()
+    sub_out = slim_forward(ref_block, f_in[:, :4], 0.25, sub_bn)
+    lip = F.mse_loss(lipschitz(f_in[:, :4], sub_out, 10), lipschitz(f_in, f_out, 10))
+    g_lip = torch.autograd.grad(lip, list(reference.parameters()), allow_unused=True)
+    scale = 0.45 * ce / lip.item()
+    assert align == pytest.approx(0.45 * ce)
+    for p, gc, gl in zip(model.parameters(), g_ce, g_lip):
+        expected = gc if gl is None else gc + scale * gl
+        torch.testing.assert_close(p.grad, expected, rtol=1e-4, atol=1e-6)
+    assert any(gl is not None and gl.abs().sum() > 0 for gl in g_lip)  # the alignment term does move the block
 
 
 def test_fedalign_rejects_a_model_without_final_block() -> None:
