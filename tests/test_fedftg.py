@@ -9,7 +9,7 @@ import dataclasses
 import math
 from collections.abc import Iterator
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import torch
@@ -190,6 +190,21 @@ def test_a_round_logs_the_generated_labels_fidelity_against_chance(run: Any) -> 
     """A round's metrics: ``gen_fidelity``, a share, against ``gen_chance`` = 1/C (C = 10 digits)."""
     (row,) = run.curves
     assert row["gen_chance"] == pytest.approx(0.1) and 0 <= row["gen_fidelity"] <= 1
+
+
+def test_a_rounds_metrics_are_its_fine_tunings_fidelity_and_chance_one_over_c(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``aggregate``: the parameter average, then the server's fine-tuning, in that order; the round's metrics are the
+    share ``fine_tune`` returns (``gen_fidelity``) and 1/C (``gen_chance``): 0.1 for C = 10, 0.25 for C = 4. (Checked
+    apart from the module's shared run, which the mutation tool credits to the first test that builds it.)"""
+    from bench.algorithms.base import ParameterAveraging
+
+    calls: list[tuple[str, int]] = []
+    monkeypatch.setattr(ParameterAveraging, "aggregate", lambda self, r, s, u: calls.append(("average", r)) or {})
+    for classes in (10, 4):
+        algo = FedFTG(fedftg_module.FedFTGParams(), cast(Any, SimpleNamespace(num_classes=classes)))
+        monkeypatch.setattr(algo, "fine_tune", lambda r, s, u: calls.append(("fine_tune", r)) or 0.75)
+        assert algo.aggregate(3, cast(Any, None), []) == {"gen_fidelity": 0.75, "gen_chance": 1 / classes}
+    assert calls == [("average", 3), ("fine_tune", 3)] * 2
 
 
 def test_discrepancy_and_class_terms_by_hand_where_sign_and_form_show() -> None:
