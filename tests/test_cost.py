@@ -156,8 +156,8 @@ def test_a_run_whose_loss_explodes_on_the_stand_in_is_still_priced(method: str) 
 
 def test_the_measurement_counts_training_alone_not_the_evaluations_a_run_declares() -> None:
     """Evaluation is priced apart (forward FLOPs per evaluated image), so the training measurement evaluates
-    nothing, not even the final round: a validation split, which the runner evaluates every round (and DaFKD's
-    ensemble diagnostics on the test set), leaves FedAvg's FLOPs per trained image as they are without one."""
+    nothing, not even the final round (as DaFKD's ensemble diagnostics would be): a validation split, which the runner
+    evaluates every round, leaves FedAvg's FLOPs per trained image as they are without one."""
     costs = [{c.method: c for c in suite_costs(load_suite(PARAMS, overrides=[
         *OVERRIDES[:1], "methods={fedavg: {}}", *OVERRIDES[2:], "profiles.smoke.suite.base.model={name: cnn}",
         f"profiles.smoke.suite.base.partition.validation_fraction={fraction}"]))}["fedavg"] for fraction in (0.0, 0.3)]

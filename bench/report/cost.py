@@ -150,7 +150,8 @@ def stand_in(config: ExperimentConfig, data_dir: Path | None = None) -> str:
 
 def _measurement(config: ExperimentConfig, dataset: str, rounds: int) -> ExperimentConfig:
     """``config`` for ``rounds`` rounds on 2 iid clients of ``dataset`` holding about 1.5 batches each
-    (the rest held out), a public set (if any) of one batch, and no evaluation. FLOPs do not depend on the loss,
+    (the rest held out) and a public set (if any) of one batch (it runs with ``evaluating=False``: :func:`_counted`).
+    FLOPs do not depend on the loss,
     so an exploding loss does not stop the measurement (``divergence_factor: null``: FedAKD's released Standalone
     reference, Adam at lr 0.15, explodes on the stand-in); a non-finite one still does."""
     batch = config.training.batch_size
@@ -163,8 +164,6 @@ def _measurement(config: ExperimentConfig, dataset: str, rounds: int) -> Experim
                           "validation_fraction": config.partition.validation_fraction},
             "participation": {"fraction": 1.0}, "public": {"size": public, "source": "carve"},
             "training": {**raw["training"], "rounds": rounds, "divergence_factor": None},
-            "evaluation": {**raw["evaluation"], "global_model": False, "local_models": False,
-                           "clients_on_global_test": False},
             "tracking": {"mlflow": False}}
     return build_config(raw)
 
