@@ -70,6 +70,7 @@ from torch import nn
 from torch.func import functional_call
 
 from bench.algorithms import register_algorithm
+from bench.algorithms.base import AlgorithmParams
 from bench.algorithms.readings import ModeParams, reading
 from bench.algorithms.server_bn import BN_RULE_DOC, BNRule, ServerBNParams, ServerBNRule
 from bench.engine.aggregate import copy_state, load_state, weighted_average
@@ -462,9 +463,10 @@ class DaFKD(ServerBNRule[DaFKDClient, DaFKDServer, GeneratorBroadcast, DomainUpl
     personal_parameters = (HEAD,)
 
     @classmethod
-    def mechanisms(cls, params: DaFKDParams) -> tuple[Mechanism, ...]:  # type: ignore[override]
+    def mechanisms(cls, params: AlgorithmParams) -> tuple[Mechanism, ...]:
         """Domain awareness (Eq. 7: α̂ departs from uniform; not DaFKD^no-correlation's 1/K_t) and the generator
         (its samples span the classes the teacher knows)."""
+        assert isinstance(params, DaFKDParams)  # validated by cls.Params (bench/suites/mechanisms.py)
         domain = (DOMAIN_WEIGHTS,) if params.correlation == "discriminator" else ()
         return (*domain, GENERATED_CLASSES)
 

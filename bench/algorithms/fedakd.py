@@ -46,7 +46,7 @@ from pydantic import Field
 from torch import nn
 
 from bench.algorithms import register_algorithm
-from bench.algorithms.base import Algorithm
+from bench.algorithms.base import Algorithm, AlgorithmParams
 from bench.algorithms.readings import ModeParams, reading
 from bench.engine.aggregate import load_state, weighted_average
 from bench.engine.chunks import chunk_size
@@ -134,9 +134,10 @@ class FedAKD(Algorithm[FedAKDClient, NoState, ModelBroadcast[None], DistilledCop
     metrics_order = ("train_loss", "distill_loss")
 
     @classmethod
-    def mechanisms(cls, params: FedAKDParams) -> tuple[Mechanism, ...]:  # type: ignore[override]
+    def mechanisms(cls, params: AlgorithmParams) -> tuple[Mechanism, ...]:
         """The selection I_k (Step 2), which sets each client's share of the local → global distillation; none for
         the All-Data ablation (``selection: all``)."""
+        assert isinstance(params, FedAKDParams)  # validated by cls.Params (bench/suites/mechanisms.py)
         return (SELECTION,) if params.selection == "correct" else ()
 
     @cached_property

@@ -279,10 +279,11 @@ class FedAL(KnowledgeTransfer[FedALClient, DiscriminatorState, LogitsUpload, Tea
     ServerState = DiscriminatorState
 
     @classmethod
-    def mechanisms(cls, params: FedALParams) -> tuple[Mechanism, ...]:  # type: ignore[override]
+    def mechanisms(cls, params: AlgorithmParams) -> tuple[Mechanism, ...]:
         """Adversarial learning (eqs. 7-8, 15): the discriminator must tell the clients apart better than chance
         for its gradient to carry anything, and that gradient must move the clients next to the distillation term;
         none without the term (``adv_weight: 0``, FedMD-LF)."""
+        assert isinstance(params, FedALParams)  # validated by cls.Params (bench/suites/mechanisms.py)
         return ADVERSARIAL_MECHANISMS if params.adv_weight > 0 else ()
 
     def min_clients(self) -> int:

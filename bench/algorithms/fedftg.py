@@ -41,6 +41,7 @@ from torch import nn
 from torch.func import functional_call
 
 from bench.algorithms import register_algorithm
+from bench.algorithms.base import AlgorithmParams
 from bench.algorithms.fedgen import GENERATED_LABELS, diversity_loss, named_share
 from bench.algorithms.server_bn import ServerBNParams, ServerBNRule
 from bench.engine.loop import Loop, Step
@@ -116,7 +117,7 @@ class FedFTG(ServerBNRule[NoState, GeneratorServer, None, torch.Tensor]):
     ServerState = GeneratorServer
 
     @classmethod
-    def mechanisms(cls, params: FedFTGParams) -> tuple[Mechanism, ...]:  # type: ignore[override]
+    def mechanisms(cls, params: AlgorithmParams) -> tuple[Mechanism, ...]:
         return (GENERATED_LABELS,)
 
     def _build_generator(self) -> nn.Module:

@@ -48,6 +48,7 @@ from torch import nn
 from torch.func import functional_call
 
 from bench.algorithms import register_algorithm
+from bench.algorithms.base import AlgorithmParams
 from bench.algorithms.server_bn import ServerBNParams, ServerBNRule
 from bench.engine.distillation import soft_target_kl
 from bench.engine.evaluation import eval_mode
@@ -160,7 +161,7 @@ class FedGen(ServerBNRule[FedGenClient, GeneratorState, nn.Module, torch.Tensor]
     ServerState = GeneratorState
 
     @classmethod
-    def mechanisms(cls, params: FedGenParams) -> tuple[Mechanism, ...]:  # type: ignore[override]
+    def mechanisms(cls, params: AlgorithmParams) -> tuple[Mechanism, ...]:
         return (GENERATED_LABELS,)
 
     def _build_generator(self, feature_dim: int) -> nn.Module:

@@ -45,7 +45,7 @@ from pydantic import Field, model_validator
 from torch import nn
 
 from bench.algorithms import register_algorithm
-from bench.algorithms.base import AveragingParams, ParameterAveraging
+from bench.algorithms.base import AlgorithmParams, AveragingParams, ParameterAveraging
 from bench.algorithms.readings import ModeParams, reading
 from bench.engine.knowledge import (ClassStatistics, aggregate_class_statistics, class_statistics,
                                     feature_alignment, last_writer_class_statistics)
@@ -175,8 +175,9 @@ class FedHKD(ParameterAveraging[Knowledge, Knowledge, ClassStatistics | None, Cl
     resident_models = 1  # Table 1: FedHKD holds one model
 
     @classmethod
-    def mechanisms(cls, params: FedHKDParams) -> tuple[Mechanism, ...]:  # type: ignore[override]
+    def mechanisms(cls, params: AlgorithmParams) -> tuple[Mechanism, ...]:
         """Hyper-knowledge distillation (Eq. 11): its terms must weigh in the local objective; none with λ = γ = 0."""
+        assert isinstance(params, FedHKDParams)  # validated by cls.Params (bench/suites/mechanisms.py)
         return (KNOWLEDGE_MOVES_LOSS,) if params.lam or params.gamma else ()
 
     def broadcast_payload(self, round_index: int, server: Server[Knowledge], cid: int) -> ClassStatistics | None:

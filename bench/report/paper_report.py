@@ -290,7 +290,8 @@ def detection_section(d: PaperDefinition, ours: Results) -> str:
 def mechanism_section(suite: Suite, runs: dict[RunKey, RunRecord]) -> str:
     """Is the mechanism active on this profile? Per method, setting and declared mechanism, each seed's mean
     diagnostic over its rounds beside its inert value, and the status (bench/suites/mechanisms.py)."""
-    d = suite.paper.definition  # type: ignore[union-attr]
+    assert suite.paper is not None, "a paper's report needs the suite's paper"
+    d = suite.paper.definition
     cells = mechanism_cells(suite, runs)
     rows = [[d.label(c.method), c.setting, c.mechanism.name, f"`{c.mechanism.rule}`",
              "; ".join(f"{v:.3g} ({c.inert[seed]:.3g})" for seed, v in sorted(c.values.items())) or "—",

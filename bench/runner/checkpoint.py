@@ -154,8 +154,7 @@ def _write_temporary(folder: Path, checkpoint: Checkpoint) -> Path:
     try:
         with os.fdopen(fd, "wb") as handle:
             content = _Digesting(handle)
-            # torch.save types its file as IO[bytes]; it only writes to it and flushes it.
-            torch.save(checkpoint, content, pickle_module=_PICKLE)  # type: ignore[arg-type]
+            torch.save(checkpoint, content, pickle_module=_PICKLE)  # type: ignore[arg-type]  # torch: save types its file as IO[bytes]; it only writes and flushes
             handle.write(MAGIC + content.digest.digest())
             handle.flush()
             os.fsync(handle.fileno())
