@@ -57,3 +57,14 @@ def test_switches_added_later_stay_out_of_the_configs_made_before_them() -> None
     assert FedMDParams(mode="code").distance == "negated_kldivloss"
     assert FedMDParams(lambda_md=0.3).model_dump()["lambda_md"] == 0.3
     assert FedMDParams(mode="code", lambda_md=None).lambda_md == 0.1  # null: the mode's value
+
+
+@pytest.mark.parametrize("name", WITH_MODES)
+def test_a_method_departs_from_its_paper_exactly_at_the_switches_that_hold_another_value(name: str) -> None:
+    params = get_algorithm(name).Params
+    readings = params.readings()
+    assert not params().departs_from_paper(*readings) and params(mode="code").departs_from_paper(*readings)
+    for switch, values in readings.items():
+        code_here = params.model_construct(**{switch: values.code})  # unvalidated: some switches need another's value
+        assert code_here.departs_from_paper(switch) and code_here.departs_from_paper(*readings), switch
+        assert not code_here.departs_from_paper(*(other for other in readings if other != switch)), switch

@@ -61,7 +61,7 @@ import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Literal
+from typing import ClassVar, Literal
 
 import torch
 import torch.nn.functional as F
@@ -408,6 +408,9 @@ class ReleasedLocalGAN(LocalGAN):
     ReduceLROnPlateau(0.2, patience 2) on the client's optimiser between local epochs, on the running mean over
     epochs of each epoch's last-batch cross-entropy (the code resets its batch list every batch)."""
 
+    # the switches it implements: any of them off its paper value picks this class over LocalGAN
+    switches: ClassVar[tuple[str, ...]] = ("local_gan", "gradient_penalty", "local_schedule")
+
     def __init__(self, method: DaFKD, client: Client[DaFKDClient], round_index: int) -> None:
         super().__init__(method, client, round_index)
         self.scheduler = (torch.optim.lr_scheduler.ReduceLROnPlateau(self.optimizer, factor=0.2, patience=2)
@@ -534,7 +537,7 @@ class DaFKD(ServerBNRule[DaFKDClient, DaFKDServer, GeneratorBroadcast, DomainUpl
         """Algorithm 1, lines 19-24 (:class:`LocalGAN`; the released code's, :class:`ReleasedLocalGAN`, where a
         switch asks for it), then the upload of φ, h_c, h_d^k, G_k (and D_k)."""
         p, train = self.params, self.ctx.config.training
-        released = p.local_gan != "always" or p.gradient_penalty > 0 or p.local_schedule != "constant"
+        released = p.departs_from_paper(*ReleasedLocalGAN.switches)
         gan = (ReleasedLocalGAN if released else LocalGAN)(self, client, round_index)
         per_epoch = batches_per_pass(client.data.num_samples, train.batch_size, train.drop_last)
         gan.train(local_epochs(self.ctx.client_batches(client, round_index), per_epoch))

@@ -60,6 +60,11 @@ class ModeParams(AlgorithmParams):
         return {name: meta for name, info in cls.model_fields.items() for meta in info.metadata
                 if isinstance(meta, Reading)}
 
+    def departs_from_paper(self, *switches: str) -> bool:
+        """Whether any of ``switches`` holds a value other than its paper value."""
+        readings = self.readings()
+        return any(getattr(self, name) != readings[name].paper for name in switches)
+
     @model_validator(mode="before")
     @classmethod
     def _mode_values(cls, data: Any) -> Any:
