@@ -24,6 +24,7 @@ from bench.data.partition import (
     Partition,
     Split,
     build_partition,
+    get_partitioner,
     load_partition,
     make_partition,
     partition_schemes,
@@ -401,6 +402,10 @@ def test_build_partition_and_plots(tmp_path, scheme, params):
     for plot in (plot_class_heatmap, plot_class_bubbles, plot_client_summary, plot_partition):
         out = plot(part, tmp_path / "plots" / f"{plot.__name__}.png")
         assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    declared = {"heatmap": plot_class_heatmap, "bubble": plot_class_bubbles, "summary": plot_client_summary}[
+        get_partitioner(scheme).figure_for(params)]
+    assert (tmp_path / "plots" / "plot_partition.png").read_bytes() == \
+        (tmp_path / "plots" / f"{declared.__name__}.png").read_bytes()  # auto draws the declared figure
     shift = client_shift(part.train, data.train_x)
     plot_client_summary(part, tmp_path / "shift.png", shift=shift)
     assert (tmp_path / "shift.png").exists() and not list((tmp_path / "plots").glob(".*.tmp"))
@@ -420,3 +425,16 @@ def test_custom_scheme_may_return_split():
 
     part = make_partition(labels_of([4, 4]), 2, "test-split-scheme", 2, 0, test_labels=labels_of([1, 2]))
     assert part.local_test_counts.tolist() == [[1, 2], [1, 2]] and part.train_counts.tolist() == [[4, 0], [4, 0]]
+
+
+def test_a_scheme_declares_the_figure_its_partitions_are_drawn_as() -> None:
+    """FedAKD's and LEAF's partitions as per-client summaries, FedAL's per-client Dirichlet as Fig. 4's bubbles (on
+    labels or on domains), the per-class Dirichlet and every other scheme as a heatmap."""
+    assert get_partitioner("fedakd").figure_for({"setting": "ics"}) == "summary"
+    assert get_partitioner("leaf").figure_for({}) == "summary"
+    for scheme in ("dirichlet", "domain_dirichlet"):
+        assert get_partitioner(scheme).figure_for({"alpha": 0.5, "mode": "per_client"}) == "bubble"
+        assert get_partitioner(scheme).figure_for({"alpha": 0.5, "mode": "per_class"}) == "heatmap"
+        assert get_partitioner(scheme).figure_for({"alpha": 0.5}) == "heatmap"
+    assert {s: get_partitioner(s).figure_for({}) for s in ("iid", "shards", "fedhkd", "dafkd", "domains")} == \
+        dict.fromkeys(("iid", "shards", "fedhkd", "dafkd", "domains"), "heatmap")

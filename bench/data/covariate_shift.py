@@ -214,7 +214,7 @@ def algorithm2_draws(features: np.ndarray, num_clients: int, seed: int, params: 
                                 numpy_stream(seed, "partition", "fedakd"))
 
 
-@register_partitioner("fedakd", FedAKDParams, needs=("features",))
+@register_partitioner("fedakd", FedAKDParams, needs=("features",), figure="summary")
 def fedakd(labels: np.ndarray, num_clients: int, rng: np.random.Generator, params: FedAKDParams, *,
            features: np.ndarray) -> Split:
     """FedAKD's POW / BCS / ICS(C) covariate-shift partitions of half the train split (pipelines/fedakd/NOTES.md §2.2-2.5),

@@ -21,6 +21,7 @@ from bench.data.partition import (
     SchemeParams,
     Split,
     dirichlet,
+    dirichlet_figure,
     get_partitioner,
     register_partitioner,
 )
@@ -84,7 +85,7 @@ def domains(labels: np.ndarray, num_clients: int, rng: np.random.Generator, para
     return clients
 
 
-@register_partitioner("domain_dirichlet", DirichletParams, needs=("domains",))
+@register_partitioner("domain_dirichlet", DirichletParams, needs=("domains",), figure=dirichlet_figure)
 def domain_dirichlet(labels: np.ndarray, num_clients: int, rng: np.random.Generator, params: DirichletParams, *,
                      domains: np.ndarray) -> Indices:
     """Dirichlet over domains: the ``dirichlet`` scheme with each image's domain in place of its label.

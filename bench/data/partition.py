@@ -4,7 +4,8 @@ A partitioner is a pure function ``(labels, num_clients, rng, params, **inputs) 
 arrays`` registered under a scheme name with a pydantic model of its parameters. A scheme that
 needs more than the train labels names them in ``register_partitioner(..., needs=...)`` and gets
 them as keyword arguments (see :data:`INPUTS`: ``seed``, ``test_labels``, ``features``,
-``groups``, ``test_groups``, ``domains``). A scheme that builds its own per-client local test sets returns a
+``groups``, ``test_groups``, ``domains``); the registration also names the figure its partitions are drawn
+as (``figure``, :data:`FigureKind`; the heatmap unless it says otherwise). A scheme that builds its own per-client local test sets returns a
 :class:`Split` instead of a list. :func:`make_partition` adds each client's local test split
 (unless the scheme made one) and the statistics. The same ``(scheme, params, seed)`` always
 yields the same arrays and so the same sha256.
@@ -50,6 +51,11 @@ PartitionFnT = TypeVar("PartitionFnT", bound=PartitionFn)
 INPUTS = ("seed", "test_labels", "features", "groups", "test_groups", "domains")
 
 
+FigureKind = Literal["heatmap", "bubble", "summary"]
+"""How a scheme's partitions are drawn (bench/report/partition_plots.py): a client x class heatmap, one bubble per
+(client, class), or a per-client summary of sizes and class mix."""
+
+
 @dataclass(frozen=True)
 class Partitioner:
     scheme: str
@@ -57,13 +63,19 @@ class Partitioner:
     split: PartitionFn
     description: str
     needs: tuple[str, ...] = ()
+    figure: FigureKind | Callable[[dict[str, Any]], FigureKind] = "heatmap"  # the one its paper draws, or by params
+
+    def figure_for(self, params: dict[str, Any]) -> FigureKind:
+        """The figure a partition of this scheme with ``params`` is drawn as."""
+        return self.figure(params) if callable(self.figure) else self.figure
 
 
 _PARTITIONERS: dict[str, Partitioner] = {}
 
 
-def register_partitioner(scheme: str, params: type[SchemeParams],
-                         needs: tuple[str, ...] = ()) -> Callable[[PartitionFnT], PartitionFnT]:
+def register_partitioner(scheme: str, params: type[SchemeParams], needs: tuple[str, ...] = (),
+                         figure: FigureKind | Callable[[dict[str, Any]], FigureKind] = "heatmap"
+                         ) -> Callable[[PartitionFnT], PartitionFnT]:
     if unknown := set(needs) - set(INPUTS):
         raise ValueError(f"partition scheme {scheme!r} needs unknown inputs {sorted(unknown)}")
 
@@ -71,7 +83,7 @@ def register_partitioner(scheme: str, params: type[SchemeParams],
         if scheme in _PARTITIONERS:
             raise ValueError(f"partition scheme {scheme!r} registered twice")
         _PARTITIONERS[scheme] = Partitioner(scheme, params, fn, (fn.__doc__ or "").strip().splitlines()[0],
-                                            tuple(needs))
+                                            tuple(needs), figure)
         return fn
 
     return decorate
@@ -129,7 +141,12 @@ class DirichletParams(SchemeParams):
     max_redraws: int = Field(1000, ge=1)
 
 
-@register_partitioner("dirichlet", DirichletParams)
+def dirichlet_figure(params: dict[str, Any]) -> FigureKind:
+    """FedAL's per-client Dirichlet as its Fig. 4 draws it, bubbles; the per-class reading as a heatmap."""
+    return "bubble" if params.get("mode") == "per_client" else "heatmap"
+
+
+@register_partitioner("dirichlet", DirichletParams, figure=dirichlet_figure)
 def dirichlet(labels: np.ndarray, num_clients: int, rng: np.random.Generator, params: DirichletParams) -> Indices:
     """Dirichlet label skew, in the two readings the papers use (see ``mode``)."""
     if params.mode == "per_client":

@@ -20,7 +20,7 @@ class LEAFParams(SchemeParams):
         "random", description="which users become the clients: a seeded random choice, or the largest")
 
 
-@register_partitioner("leaf", LEAFParams, needs=("groups", "test_groups"))
+@register_partitioner("leaf", LEAFParams, needs=("groups", "test_groups"), figure="summary")
 def leaf(labels: np.ndarray, num_clients: int, rng: np.random.Generator, params: LEAFParams, *,
          groups: np.ndarray, test_groups: np.ndarray) -> Split:
     """LEAF's natural partition (pipelines/fedal/NOTES.md §4.1): one client per LEAF user (group id).

@@ -20,7 +20,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 
-from bench.data.partition import Partition
+from bench.data.partition import FigureKind, Partition, get_partitioner
 from bench.fileio import atomic_write
 
 
@@ -94,15 +94,14 @@ def plot_client_summary(partition: Partition, path: str | Path, shift: Sequence[
     return _save(fig, path)
 
 
-PlotKind = Literal["auto", "heatmap", "bubble", "summary"]
+PlotKind = Literal["auto", FigureKind]
 
 
 def plot_partition(partition: Partition, path: str | Path, kind: PlotKind = "auto") -> Path:
-    """The figure the scheme's paper uses: ``auto`` is the summary for FedAKD and LEAF, bubbles for
-    FedAL's per-client Dirichlet, the heatmap otherwise."""
+    """The figure the scheme's paper uses: ``auto`` is the one its registration declares
+    (``register_partitioner(..., figure=...)``: the heatmap unless it says otherwise)."""
     if kind == "auto":
-        kind = "summary" if partition.scheme in {"fedakd", "leaf"} else \
-            "bubble" if partition.params.get("mode") == "per_client" else "heatmap"
+        kind = get_partitioner(partition.scheme).figure_for(partition.params)
     plots: dict[str, Callable[[Partition, str | Path], Path]] = {
         "heatmap": plot_class_heatmap, "bubble": plot_class_bubbles, "summary": plot_client_summary}
     return plots[kind](partition, path)
