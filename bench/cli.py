@@ -118,8 +118,8 @@ def _models(args: argparse.Namespace) -> int:
 
     print(format_models_table())
     configs = tuple(config for paper in known_papers(args.papers) for config in paper.model_configs)
-    print("\nThe papers' configurations (parameters: the whole model built as configured; paper/spec prints: "
-          "the count printed, exact or rounded, of the model or the named part)")
+    print("\nThe papers' configurations (parameters: the whole model built as configured; printed: the count the "
+          "paper or its reading notes give, exact or rounded, of the model or the named part; source: where)")
     print(format_paper_configs_table(describe_paper_configs(configs)))
     return 0
 

@@ -26,7 +26,7 @@ PAPER = dafkd.PAPER
 DEFINITION = PAPER.definition
 
 
-def test_transcribed_tables_reproduce_the_specs_derived_numbers() -> None:
+def test_transcribed_tables_reproduce_the_notes_derived_numbers() -> None:
     """pipelines/dafkd/NOTES.md §4 "Derived from Table 1": DaFKD's margin over the best baseline and its rank per cell;
     Table 2's best and second best per row."""
     printed = PAPER.printed()

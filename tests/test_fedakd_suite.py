@@ -23,7 +23,7 @@ DEFINITION = fedakd.PAPER.definition
 COLUMNS1 = [f"{d}-{c}" for d in ("fmnist", "cifar10") for c in ("pow", "bcs", "ics2", "ics5", "ics10")]
 
 
-def test_transcribed_tables_reproduce_the_specs_numbers() -> None:
+def test_transcribed_tables_reproduce_the_notes_numbers() -> None:
     """Spot checks against pipelines/fedakd/NOTES.md §6 and §8: R5's smallest margins, R8's rounds and implied
     per-round costs, R9's ordering, Table 5's one exception, and the missing Standalone CF."""
     v = DEFINITION.value

@@ -28,7 +28,7 @@ PAPER_SETTINGS = ["svhn-a5", "svhn-a2", "svhn-a1", "svhn-a2-p200", "svhn-a2-p400
                   "mnist-a1"]
 
 
-def test_transcribed_tables_give_the_specs_derived_gaps() -> None:
+def test_transcribed_tables_give_the_notes_derived_gaps() -> None:
     """§5.1 notes: FedAL − FedMD = +0.02/+0.02/+0.04 (SVHN, CINIC-10 at α = 5/2/1), +0.02/+0.04/+0.06 (CIFAR-10),
     +0.05/+0.05/+0.04 (CelebA N = 20/50/100); the three SVHN α = 2 entries of FedMD 0.73/0.722/0.70."""
     def gaps(columns: list[str]) -> list[float]:

@@ -15,7 +15,7 @@ fedhkd = import_paper_module(PARAMS.with_name("paper.py"))
 DEFINITION = fedhkd.PAPER.definition
 
 
-def test_transcribed_tables_reproduce_the_specs_derived_numbers() -> None:
+def test_transcribed_tables_reproduce_the_notes_derived_numbers() -> None:
     """pipelines/fedhkd/NOTES.md §6.1: relative gains of FedHKD over FedAvg and time ratios, recomputed."""
     def gain(column: str, measure: str) -> float:
         ours, base = (DEFINITION.value(m, column, measure) for m in ("fedhkd", "fedavg"))

@@ -1,4 +1,4 @@
-"""Model zoo: the (features, logits) contract, parameter counts and FLOPs against the papers and specs,
+"""Model zoo: the (features, logits) contract, parameter counts and FLOPs against the papers and their reading notes,
 seeded construction, and a few training steps for every architecture."""
 from __future__ import annotations
 
@@ -195,7 +195,7 @@ def test_exact_parameter_counts(name: str, in_shape: tuple[int, ...], num_classe
     assert _params(name, in_shape, num_classes) == expected
 
 
-# Counts the specs print rounded ("about 61.7k", "≈0.30M"): (name, in_shape, classes, printed, unit).
+# Counts the reading notes print rounded ("about 61.7k", "≈0.30M"): (name, in_shape, classes, printed, unit).
 PRINTED_COUNTS = [
     ("lenet5", (1, 28, 28), 10, "61.7", 1e3),            # pipelines/fedal/NOTES.md §4.1
     ("wrn10_1", (3, 32, 32), 10, "78", 1e3),
@@ -352,7 +352,7 @@ def _config_id(config: PaperConfig) -> str:
 
 @pytest.mark.parametrize("config", PAPER_CONFIGS, ids=_config_id)
 def test_paper_config_counts_match_the_printed_counts(config: PaperConfig) -> None:
-    """Every count the paper or spec prints, against the model built as configured (meta device)."""
+    """Every count the paper or its reading notes print, against the model built as configured (meta device)."""
     (row,) = describe_paper_configs((config,))
     assert row["matches"], f"{row['computed']} vs printed {row['printed']}"
     model = _meta(config.model, config.in_shape, config.num_classes, **config.kwargs)
@@ -377,7 +377,7 @@ def test_paper_configs_agree_with_the_dataset_specs(config: PaperConfig) -> None
             assert config.num_classes == 1
 
 
-# The configurations the brief names, with the counts their specs print exactly.
+# The configurations whose counts the papers or their reading notes print exactly.
 @pytest.mark.parametrize("paper,model,dataset,count", [
     ("FedHKD", "fedhkd_shufflenetv2", "svhn", 1_286_734), ("FedHKD", "fedhkd_resnet18", "cifar10", 11_209_994),
     ("FedHKD", "fedhkd_resnet18", "cifar100", 11_215_844), ("FedAKD", "fedakd_simplecnn", "fashionmnist", 50_378),

@@ -1,4 +1,4 @@
-"""Partitions against the specs: FedHKD's seed-0 vectors (pipelines/fedhkd/NOTES.md §5.2), FedAKD's
+"""Partitions against the reading notes: FedHKD's seed-0 vectors (pipelines/fedhkd/NOTES.md §5.2), FedAKD's
 δᵀΣ⁻¹δ = C and sizes (pipelines/fedakd/NOTES.md §2.2-2.5), DaFKD/NIID-Bench (pipelines/dafkd/NOTES.md §3.2), FedAL's
 equal sizes and public set (pipelines/fedal/NOTES.md §4.2-4.3), LEAF users; plus properties of every scheme."""
 from __future__ import annotations
@@ -206,7 +206,7 @@ def test_sha256_stable_and_seed_dependent(tmp_path):
 # FedAKD (pipelines/fedakd/NOTES.md §2)
 
 
-def test_power_law_counts_match_spec_table():
+def test_power_law_counts_match_the_notes_table():  # pipelines/fedakd/NOTES.md §2.4
     assert power_law_counts(30000, 10).tolist() == [10243, 5122, 3415, 2560, 2048, 1707, 1463, 1280, 1138, 1024]
     assert power_law_counts(25000, 10).tolist() == [8536, 4268, 2846, 2134, 1708, 1422, 1219, 1066, 948, 853]
     assert power_law_counts(35000, 10).tolist() == [11950, 5975, 3984, 2988, 2390, 1992, 1707, 1493, 1327, 1194]

@@ -137,7 +137,8 @@ def test_eval_mode_evaluates_and_restores_the_mode_it_found() -> None:
 
 
 def test_shared_public_stream_gives_every_client_the_same_batch_in_lockstep() -> None:
-    """Iteration i is the same mini-batch whoever asks and in whatever order (FedAL §4 lockstep)."""
+    """Iteration i is the same mini-batch whoever asks and in whatever order (FedAL's lockstep public batches,
+    pipelines/fedal/NOTES.md §2.2)."""
     public = torch.arange(10.0).unsqueeze(1)
     stream = SharedBatches(public, batch_size=4, seed=3)
     client_a = [stream.batch(i) for i in range(6)]

@@ -13,7 +13,7 @@ Readings:
 
 - The previous local model is the client's own model as it stands when the broadcast arrives: it
   starts as a copy of the initial global model (:meth:`Algorithm.init_client_model`), so at round 1
-  prev = glob (spec), and a client left out by partial participation keeps its last trained model.
+  prev = glob (pipelines/fedhkd/NOTES.md §4 MOON), and a client left out by partial participation keeps its last trained model.
 - ``frozen_mode``: the frozen copies run in ``eval`` mode (BN running statistics), as MOON's code
   does (``global_model.eval()``, ``old_net.eval()``); ``train`` normalises with batch statistics, as
   FedAlign's port of MOON leaves them.

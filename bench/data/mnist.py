@@ -2,7 +2,7 @@
 
 Raw files are the gzip'd idx files of torchvision's mirrors (EMNIST: NIST's ``gzip.zip``, read
 in place). EMNIST images are stored transposed; they are flipped back to upright orientation
-(as TFF's federated EMNIST stores them). Spec sources: pipelines/dafkd/NOTES.md §3.1 (MNIST, FMNIST,
+(as TFF's federated EMNIST stores them). Sources: pipelines/dafkd/NOTES.md §3.1 (MNIST, FMNIST,
 EMNIST ByClass default; A14; EMNIST-Balanced as the documented cheaper substitute, §6 item 3),
 pipelines/fedal/NOTES.md §4.1 (MNIST), pipelines/fedakd/NOTES.md §2.1 (FMNIST).
 

@@ -44,8 +44,9 @@ def epoch_batches(n: int, batch_size: int, drop_last: bool, generator: torch.Gen
 @dataclass(frozen=True)
 class SharedBatches:
     """A public set handed out in lockstep: iteration ``i`` gives every client the same mini-batch
-    (FedAL §4, FedMD, CFD, FCCL). Epoch ``e`` is the permutation of the stream ``(*key, e)``, so any
-    iteration can be drawn on its own and a client's ``i``-th batch never depends on who asked before."""
+    (FedAL, pipelines/fedal/NOTES.md §2.2 line 9 and §2.6 A10; FedMD, CFD, FCCL). Epoch ``e`` is the permutation of
+    the stream ``(*key, e)``, so any iteration can be drawn on its own and a client's ``i``-th batch never depends on
+    who asked before."""
 
     x: torch.Tensor
     batch_size: int

@@ -75,7 +75,7 @@ def _aligned(header: tuple[str, ...], body: list[tuple[str, ...]], right: set[in
 
 def describe_paper_configs(configs: tuple[PaperConfig, ...]) -> list[dict]:
     """One row per paper configuration, its model built on the ``meta`` device: the config's fields,
-    ``parameters`` (the whole model), ``printed`` (what the paper/spec prints, as text), ``computed``
+    ``parameters`` (the whole model), ``printed`` (what the paper or its reading notes print, as text), ``computed``
     (the count of each printed part) and ``matches`` (every printed count agrees)."""
     rows = []
     for config in configs:
@@ -94,7 +94,7 @@ def describe_paper_configs(configs: tuple[PaperConfig, ...]) -> list[dict]:
 
 def format_paper_configs_table(rows: list[dict]) -> str:
     """:func:`describe_paper_configs`' rows as an aligned plain-text table."""
-    header = ("paper", "role", "model", "dataset", "input", "classes", "kwargs", "parameters", "paper/spec prints",
+    header = ("paper", "role", "model", "dataset", "input", "classes", "kwargs", "parameters", "printed",
               "agrees", "source")
     body: list[tuple[str, ...]] = [(r["paper"], r["role"], r["model"], ", ".join(r["datasets"]), "x".join(map(str, r["in_shape"])),
              str(r["num_classes"]), ", ".join(f"{k}={v}" for k, v in r["kwargs"].items()) or "-",

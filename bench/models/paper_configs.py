@@ -1,7 +1,7 @@
 """A paper's (model, dataset) configurations and the parameter counts it prints: the types.
 
 Each :class:`PaperConfig` names a registered model, the arguments a paper builds it with for a
-dataset, and the count the paper or its spec prints: exactly (``"11,215,844"``) or rounded (``"61.7k"``,
+dataset, and the count the paper or its reading notes (pipelines/<paper>/NOTES.md) print: exactly (``"11,215,844"``) or rounded (``"61.7k"``,
 ``"0.30M"``, compared at the printed precision). A count may be of the whole model or of one of its parts
 (DaFKD prints its extractor and heads separately). Each paper plug-in lists its own
 (:class:`bench.suites.paper.Paper`'s ``model_configs``); ``bench models`` lists them with the count computed

@@ -118,13 +118,13 @@ def main() -> None:
             rows.append((method, len(suite.settings_of(method)) * seeds, flops, ms))
             total_flops, total_ms = total_flops + flops, total_ms + ms
         print(f"\n## profile {profile}: GPU-hours at {args.tflops:g} TFLOP/s (FLOPs) and at the notes' ms per step\n")
-        print("| method | runs | PFLOP | GPU-h (FLOPs) | GPU-h (spec ms) |\n|---|---|---|---|---|")
+        print("| method | runs | PFLOP | GPU-h (FLOPs) | GPU-h (NOTES.md ms) |\n|---|---|---|---|---|")
         for method, runs, flops, ms in rows:
             print(f"| {method} | {runs} | {flops / 1e15:.1f} | {flops / (args.tflops * 1e12) / 3600:.1f} | "
                   f"{ms / 3.6e6:.1f} |")
         print(f"| total | {sum(row[1] for row in rows)} | {total_flops / 1e15:.1f} | "
               f"{total_flops / (args.tflops * 1e12) / 3600:.0f} | {total_ms / 3.6e6:.0f} |")
-        print("\nGPU-h (spec ms) per dataset: " + ", ".join(f"{g} {v / 3.6e6:.0f}" for g, v in groups.items()))
+        print("\nGPU-h (NOTES.md ms) per dataset: " + ", ".join(f"{g} {v / 3.6e6:.0f}" for g, v in groups.items()))
 
 
 if __name__ == "__main__":
