@@ -3,8 +3,9 @@
     uv run python pipelines/dafkd/validation/gpu_budget.py [--tflops 3]
 
 For every run of the ``paper`` (E local epochs) and ``paper_steps`` (E local steps) profiles of
-pipelines/dafkd/params.yaml: its local iterations (epochs: T · E · ⌈n_k/B⌉ over the round's clients, on the
-setting's partition of evenly spread labels; steps: T · K_t · E), its server work per round and its
+pipelines/dafkd/params.yaml: its local iterations (epochs: T · E · the batches one pass over n_k cuts as the runs
+do, ``batches_per_pass`` of bench/engine/streams.py: ⌈n_k/B⌉, ⌊n_k/B⌋ with ``training.drop_last``, over the round's
+clients, on the setting's partition of evenly spread labels; steps: T · K_t · E), its server work per round and its
 evaluations, each priced two ways:
 
 * FLOPs: one forward pass of each network at its input shape counted by torch's FlopCounterMode (as
@@ -38,6 +39,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.data import get_dataset_spec  # noqa: E402
 from bench.data.partition import make_partition  # noqa: E402
+from bench.engine.streams import batches_per_pass  # noqa: E402
 from bench.models import build_model  # noqa: E402
 from bench.models.inventory import forward_flops  # noqa: E402
 from bench.suites import Suite, load_suite  # noqa: E402
@@ -70,7 +72,7 @@ def run_budget(suite: Suite, method: str, setting: str) -> tuple[float, float]:
     k_t = max(1, round(cfg.participation.fraction * len(sizes)))
     b = t.batch_size
     per_client = (t.local_steps if t.local_steps is not None
-                  else t.local_epochs * float(np.mean([math.ceil(n / b) for n in sizes])))
+                  else t.local_epochs * float(np.mean([batches_per_pass(n, b, t.drop_last) for n in sizes])))
     iterations = t.rounds * k_t * per_client
     evals = t.rounds * spec.num_test
     step, server, server_steps, eval_models = 3.0 * f, 0.0, 0.0, 1
