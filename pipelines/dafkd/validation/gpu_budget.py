@@ -30,6 +30,7 @@ import argparse
 import math
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -37,6 +38,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[3]  # the repository
 sys.path.insert(0, str(ROOT))
 
+from bench.config import ExperimentConfig  # noqa: E402
 from bench.data import get_dataset_spec  # noqa: E402
 from bench.data.partition import make_partition  # noqa: E402
 from bench.engine.streams import batches_per_pass  # noqa: E402
@@ -48,12 +50,12 @@ PARAMS = Path(__file__).resolve().parents[1] / "params.yaml"
 MS = {"ce": 2.5, "fedprox": 2.8, "fedgen": 3.5, "dafkd": 8.0, "server": 2.5, "eval": 2.5}  # §6 (eval: ours)
 
 
-def forward(name: str, shape: tuple[int, ...], classes: int, kind: str = "classifier", **kwargs: object) -> int:
+def forward(name: str, shape: tuple[int, ...], classes: int, kind: str = "classifier", **kwargs: Any) -> int:
     with torch.device("meta"):
         return forward_flops(build_model(name, shape, classes, **kwargs), kind, shape)
 
 
-def client_sizes(config) -> list[int]:  # type: ignore[no-untyped-def]
+def client_sizes(config: ExperimentConfig) -> list[int]:
     spec = get_dataset_spec(config.dataset.name)
     labels = np.arange(spec.num_train) % spec.num_classes
     p = config.partition
@@ -71,8 +73,12 @@ def run_budget(suite: Suite, method: str, setting: str) -> tuple[float, float]:
     sizes = client_sizes(cfg)
     k_t = max(1, round(cfg.participation.fraction * len(sizes)))
     b = t.batch_size
-    per_client = (t.local_steps if t.local_steps is not None
-                  else t.local_epochs * float(np.mean([batches_per_pass(n, b, t.drop_last) for n in sizes])))
+    per_client: float
+    if t.local_steps is not None:
+        per_client = t.local_steps
+    else:
+        assert t.local_epochs is not None  # TrainingConfig requires local_epochs or local_steps
+        per_client = t.local_epochs * float(np.mean([batches_per_pass(n, b, t.drop_last) for n in sizes]))
     iterations = t.rounds * k_t * per_client
     evals = t.rounds * spec.num_test
     step, server, server_steps, eval_models = 3.0 * f, 0.0, 0.0, 1
@@ -109,7 +115,8 @@ def main() -> None:
     for profile in ("paper", "paper_steps"):
         suite = load_suite(PARAMS, overrides=[f"profile={profile}"])
         seeds = len(suite.params.suite.seeds)
-        rows, total_flops, total_ms, groups = [], 0.0, 0.0, {}
+        rows, total_flops, total_ms = [], 0.0, 0.0
+        groups: dict[str, float] = {}
         for method in suite.methods:
             flops = ms = 0.0
             for setting in suite.settings_of(method):
