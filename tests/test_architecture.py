@@ -78,6 +78,21 @@ def test_only_method_files_under_bench_are_named_after_a_paper() -> None:
     assert sorted(map(str, named - methods)) == []
 
 
+
+def test_no_file_of_the_shared_script_folders_is_named_after_a_paper() -> None:
+    """A paper's one-off scripts live in its folder (pipelines/<paper>/studies/, validation/), never in the
+    folders every paper shares: no file under benchmarks/ or tools/ has a paper's name as a word of its path."""
+    root = PACKAGE.parent
+    papers = paper_names()
+    assert papers >= {"fedal", "fedhkd", "dafkd", "fedakd"}
+    files = [path for folder in ("benchmarks", "tools") for path in (root / folder).rglob("*")
+             if path.is_file() and "__pycache__" not in path.parts]
+    named = sorted(str(path.relative_to(root)) for path in files
+                   if papers & {word for part in path.relative_to(root).parts[1:]
+                                for word in re.split(r"[^a-z0-9]+", part.lower())})
+    assert named == []
+
+
 def test_no_bench_module_imports_a_paper_plug_in() -> None:
     """bench finds papers from a suite's params file or the fkd_bench.papers entry points, never by importing
     one: no bench module imports from pipelines/ (or a plug-in's package), nor names a plug-in's file."""

@@ -7,8 +7,10 @@ value), class statistics d·K + K·K floats and K int64 counts ..."""
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,7 +23,13 @@ from bench.config import ExperimentConfig
 from bench.runner.federation import RunResult, run_federation
 from tests.conftest import small_config
 from tests.test_dafkd import dafkd_config
+from tests.scripts import load_script
 from tests.test_fedal import fedal_config
+
+ROOT = Path(__file__).resolve().parents[1]
+if "fkd_label_smoothing" not in sys.modules:  # the example plug-in package, imported as its entry point would once
+    load_script(ROOT / "examples" / "plugin_package" / "src" / "fkd_label_smoothing" / "__init__.py",  # installed
+                "fkd_label_smoothing")  # registers "fedavg_ls"
 
 N = 3  # clients of the digits federation
 K = 10  # digit classes
@@ -174,6 +182,7 @@ def bn_clients(run: Run, t: int) -> tuple[float, float]:
 CASES: dict[str, tuple[Callable[[], ExperimentConfig], Callable[[Run, int], tuple[float, float]]]] = {
     "fedavg": (lambda: digits({"name": "fedavg"}), averaging()),
     "fedprox": (lambda: digits({"name": "fedprox"}), averaging()),
+    "fedavg_ls": (lambda: digits({"name": "fedavg_ls", "smoothing": 0.2}), averaging()),  # only the local loss differs
     "moon": (lambda: digits({"name": "moon"}), averaging()),
     "fedalign": (lambda: digits({"name": "fedalign"}), averaging()),
     "fedmpr": (lambda: digits({"name": "fedmpr"}), averaging()),
@@ -237,12 +246,18 @@ CASES: dict[str, tuple[Callable[[], ExperimentConfig], Callable[[Run, int], tupl
 
 
 def shipped_methods() -> set[str]:
-    """The package's methods and the plug-in example (not those other tests register)."""
-    return {name for name in algorithm_names() if get_algorithm(name).__module__.startswith(("bench.", "examples."))}
+    """The package's methods and the repository's example plug-ins, the one-file one and the package's (not
+    those other tests register): every method whose file is under bench/ or examples/."""
+    def folder(name: str) -> str:
+        source = Path(sys.modules[get_algorithm(name).__module__].__file__ or "").resolve()
+        return source.relative_to(ROOT).parts[0] if source.is_relative_to(ROOT) else ""
+
+    return {name for name in algorithm_names() if folder(name) in ("bench", "examples")}
 
 
 def test_every_method_has_a_hand_count() -> None:
-    assert {name.split("-")[0] for name in CASES} == shipped_methods() and "codistill" in shipped_methods()
+    shipped = shipped_methods()
+    assert {name.split("-")[0] for name in CASES} == shipped and {"codistill", "fedavg_ls"} <= shipped
 
 
 @pytest.mark.parametrize("name", sorted(CASES))

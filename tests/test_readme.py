@@ -2,7 +2,8 @@
 give at this commit (issue 29 item 9): `.ci/readme_figures.py --check` recomputes each block of its page
 (docs/methods.md, docs/integrity.md) from the pinned files and the committed per-pair values of the
 `bench versus` run (the audit line is checked against a real re-run in tests/test_audit.py). The README is
-a front page: its two commands come first, and it quotes no measured figure a command does not keep."""
+a front page: its two commands come first, and it quotes no measured figure a command does not keep. Every
+link and every file path the documents name is a file of the repository."""
 from __future__ import annotations
 
 import re
@@ -11,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / ".ci" / "readme_figures.py"
@@ -53,12 +55,17 @@ def _anchors(page: Path) -> set[str]:
             for m in re.finditer(r"^#+ (.*)$", page.read_text(), re.M)}
 
 
+def documents() -> list[Path]:
+    """README.md, docs/, the paper folders' READMEs and notes, the examples' READMEs."""
+    return [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), *sorted(ROOT.glob("pipelines/*/README.md")),
+            *sorted(ROOT.glob("pipelines/*/NOTES.md")), *sorted(ROOT.glob("examples/**/README.md"))]
+
+
 def test_every_link_of_the_documents_resolves_inside_the_repository() -> None:
     """The front page links into docs/ and the paper folders, and the narratives link to each other by section:
     every relative link of README.md, docs/ and the paper folders' READMEs and notes names a file of the repository
     and, where it names a section of a Markdown page, a heading of that page."""
-    pages = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), *sorted(ROOT.glob("pipelines/*/README.md")),
-             *sorted(ROOT.glob("pipelines/*/NOTES.md"))]
+    pages = documents()
     assert len(pages) >= 10
     broken = []
     for page in pages:
@@ -71,3 +78,63 @@ def test_every_link_of_the_documents_resolves_inside_the_repository() -> None:
             if not linked.exists() or (anchor and linked.suffix == ".md" and anchor not in _anchors(linked)):
                 broken.append(f"{page.relative_to(ROOT)}: {target}")
     assert broken == []
+
+
+# A file path of the repository: one of its top-level folders, then no space, quote, bracket or separator, not
+# inside a longer path (after a letter, dot, slash or colon: `../../bench/engine` in a dvc.yaml quote is relative to
+# its pipeline). The authors' files the notes cite (`M:METHOD/cffl.py:94`, `model/model_multitask.py:57-62`) start
+# with their repositories' folders, none of these.
+TOP_FOLDERS = ("bench", "pipelines", "docs", "tests", "benchmarks", "tools", "examples", ".ci")
+REPOSITORY_PATH = re.compile(rf"(?<![\w./:-])(?:{'|'.join(map(re.escape, TOP_FOLDERS))})/[^\s`'\"(),;]+")
+
+
+def cited_paths(text: str) -> list[tuple[int, str]]:
+    """(line, path) of each file path in a code span or code block of a Markdown text: a path with an extension
+    and no placeholder (``*``, ``<paper>``, ``{a,b}``), without what follows the file (``:line``, ``:line-line``,
+    a pytest ``::test``, an ``#anchor``, a ``§`` section)."""
+    found = []
+    for span in re.finditer(r"(`+)(.+?)\1", text, re.S):
+        for raw in REPOSITORY_PATH.finditer(span[2]):
+            path = re.sub(r"(:\d+(-\d+)?)+$", "", re.split(r"::|#|§", raw[0])[0].rstrip(".:"))
+            if not re.search(r"[*<>{}\[\]]", path) and re.search(r"\.\w+$", path.rsplit("/", 1)[-1]):
+                found.append((text.count("\n", 0, span.start(2) + raw.start()) + 1, path))
+    return found
+
+
+def dvc_cached_outputs() -> tuple[str, ...]:
+    """Where the pipelines' DVC-cached outputs lie (partitions/, results/: `dvc pull` or `dvc repro` brings them, git
+    does not hold them): each `outs` entry of a dvc.yaml that is not `cache: false`, up to its first template
+    variable, from the repository root."""
+    prefixes = []
+    for dvc_file in [ROOT / "dvc.yaml", *sorted(ROOT.glob("pipelines/*/dvc.yaml"))]:
+        folder = dvc_file.parent.relative_to(ROOT).as_posix()
+        for stage in yaml.safe_load(dvc_file.read_text())["stages"].values():
+            for out in stage.get("do", stage).get("outs", []):
+                name, options = (out, {}) if isinstance(out, str) else next(iter(out.items()))
+                if (options or {}).get("cache", True):
+                    prefixes.append(f"{folder}/{name}".removeprefix("./").split("${")[0])
+    return tuple(prefixes)
+
+
+def test_the_cited_paths_are_found_without_the_authors_files_or_placeholders() -> None:
+    text = ("`uv run python pipelines/fedal/studies/readings.py --control` and `bench/algorithms/fedal.py:94-98`; "
+            "`tests/test_fedal.py::test_x[a]`, `docs/testing.md#measured`, `pipelines/fedal/NOTES.md` §3.\n"
+            "`M:METHOD/cffl.py:94`, `model/model_multitask.py:57-62`, `../../bench/engine`, "
+            "`pipelines/<paper>/paper.py`, `benchmarks/gpu/gpu-*.json`, `bench/algorithms/`\n"
+            "```bash\nbench run --config examples/fedavg_digits.yaml\n```")
+    assert cited_paths(text) == [(1, "pipelines/fedal/studies/readings.py"), (1, "bench/algorithms/fedal.py"),
+                                 (1, "tests/test_fedal.py"), (1, "docs/testing.md"), (1, "pipelines/fedal/NOTES.md"),
+                                 (4, "examples/fedavg_digits.yaml")]
+
+
+def test_every_file_path_the_documents_cite_exists() -> None:
+    """A file moved or renamed leaves no stale citation behind: every repository file path in a code span or block
+    of the documents (README.md, docs/, the paper folders' READMEs and notes, the examples' READMEs) names a file of
+    the repository. Only the pipelines' DVC-cached outputs may be absent (a clone without `dvc pull`)."""
+    generated = dvc_cached_outputs()
+    assert "pipelines/fedal/results/fedal-" in generated and not any("reports" in p for p in generated)
+    cited = [(page, line, path) for page in documents() for line, path in cited_paths(page.read_text())]
+    assert len(cited) >= 500
+    missing = [f"{page.relative_to(ROOT)}:{line}: {path}" for page, line, path in cited
+               if not (ROOT / path).exists() and not path.startswith(generated)]
+    assert missing == []

@@ -9,7 +9,7 @@ partition. Printed per row: Max, Avg and CF as Table 4 takes them (the released 
 rounds' client max and mean of ``local_acc`` ×100, and ``last3_cfcode(standalone)_local_acc``), mean ± sample std
 over the seeds, and the per-seed values.
 
-    uv run python benchmarks/fedakd_single_dist.py --setting ics5 --seeds 0 1
+    uv run python pipelines/fedakd/studies/single_dist.py --setting ics5 --seeds 0 1
 """
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[3]  # the repository: pipelines/<paper>/studies/<script>.py
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 

@@ -6,7 +6,7 @@ a different random row in each of the last three rounds, and prints mean ± np.s
 std, over many runs. A CF against noise has mean 0 and a spread that does not depend on FedDC's accuracies; the
 paper's ten FedDC cells (mean of their ± 24.33, cell means −9.18 with std 15.60) are what such noise gives.
 
-    uv run python benchmarks/fedakd_feddc_cf.py --runs 20000
+    uv run python pipelines/fedakd/studies/feddc_cf.py --runs 20000
 """
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[3]  # the repository: pipelines/<paper>/studies/<script>.py
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 

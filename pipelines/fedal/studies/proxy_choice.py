@@ -8,7 +8,7 @@ setting with 10 % of each client's training images held out as its validation sp
 own validation images, averaged over clients) is the proxy's, for every method. The test accuracy is not printed.
 One JSON line per candidate and seed, with the CPU seconds of the run.
 
-    uv run python benchmarks/fedal_proxy_choice.py --lrs 0.0003 0.001 0.003 --seeds 0
+    uv run python pipelines/fedal/studies/proxy_choice.py --lrs 0.0003 0.001 0.003 --seeds 0
 
 ``--method`` and ``--setting`` time or probe other rows (``--show-test`` then prints the test accuracy and the
 mechanism diagnostics: for timing the proxy, never for the choice).
@@ -22,7 +22,7 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[3]  # the repository: pipelines/<paper>/studies/<script>.py
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 

@@ -4,7 +4,7 @@ the entropy of its domain mix, in nats; ten domains mixed evenly give 0.10 and l
 Reads the partitions `dvc repro` saved (partitions/fedakd-proxy/<setting>/seed<s>/); the same for a fresh draw of
 Algorithm 2's POW column, which spreads the domains evenly, as a reference.
 
-    uv run python benchmarks/fedakd_proxy_partitions.py --data-dir data
+    uv run python pipelines/fedakd/studies/proxy_partitions.py --data-dir data
 """
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[3]  # the repository: pipelines/<paper>/studies/<script>.py
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 

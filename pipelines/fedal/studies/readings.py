@@ -25,7 +25,7 @@ the paper's step count does not depend on the proxy's clients (``--control`` run
 
 Run (one JSON line per run, then a mean per reading over seeds)::
 
-    uv run python benchmarks/fedal_readings.py --setting het-a5 --seeds 0 1 2
+    uv run python pipelines/fedal/studies/readings.py --setting het-a5 --seeds 0 1 2
 """
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[3]  # the repository: pipelines/<paper>/studies/<script>.py
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 

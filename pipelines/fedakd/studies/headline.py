@@ -6,7 +6,7 @@ the paired difference FedAKD − baseline (mean, its std over seeds: the pair no
 paired t-test detects with power 0.8 at α = 0.05 with that noise and these seeds (docs/verdicts.md,
 :func:`bench.suites.verdicts.detectable_difference`), and the seeds that would bring it to 1.5 points.
 
-    uv run python benchmarks/fedakd_headline.py
+    uv run python pipelines/fedakd/studies/headline.py
 """
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import statistics
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[3]  # the repository: pipelines/<paper>/studies/<script>.py
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
