@@ -4,6 +4,7 @@ import os
 from pathlib import Path
 
 import pytest
+import yaml
 
 from bench.cli import main
 from bench.experiment import build_config, load_config
@@ -167,6 +168,22 @@ def test_an_unavailable_dataset_is_skipped_with_its_reason_only_when_asked(tmp_p
     assert "skipped cifar10" in capsys.readouterr().out
     reason = (tmp_path / "prepared" / "cifar10" / "UNAVAILABLE.txt").read_text()
     assert "cifar-10-python.tar.gz" in reason and "offline" in reason
+
+
+def _data_pipeline_datasets() -> list[str]:
+    stages = yaml.safe_load((Path(__file__).parents[1] / "pipelines" / "data" / "dvc.yaml").read_text())["stages"]
+    return list(stages["prepare"]["foreach"])
+
+
+@pytest.mark.parametrize("name", _data_pipeline_datasets())
+def test_every_dataset_of_the_data_pipeline_is_skipped_offline_not_failed(name: str, tmp_path: Path, monkeypatch,
+                                                                          capsys: pytest.CaptureFixture[str]) -> None:  # type: ignore[no-untyped-def]
+    """`dvc repro -P` on a fresh clone, offline: each `prepare@<name>` stage ends as skipped with its reason,
+    whatever the dataset's raw files are (a download, or CelebA's LEAF JSON, which no download provides)."""
+    monkeypatch.setenv("BENCH_OFFLINE", "1")
+    assert main(["data", "prepare", name, "--data-dir", str(tmp_path), "--skip-unavailable"]) == 0
+    assert f"skipped {name}" in capsys.readouterr().out
+    assert (tmp_path / "prepared" / name / "UNAVAILABLE.txt").read_text().strip()
 
 
 # ---------------------------------------------------------------- inputs refused before anything trains

@@ -20,7 +20,7 @@ import numpy as np
 from bench.data.registry import DatasetSpec, register_dataset
 from bench.data.download import REMOTE_FILES, fetch, parsing, prepared_from_raw, raw_dir
 from bench.data.prepared import PreparedDataset
-from bench.errors import BenchError
+from bench.errors import DataUnavailable
 
 IMAGE_SIZE = 84
 LEAF_COMMAND = ("git clone https://github.com/TalwalkarLab/leaf && cd leaf/data/celeba && "
@@ -30,9 +30,9 @@ LEAF_COMMAND = ("git clone https://github.com/TalwalkarLab/leaf && cd leaf/data/
 def _leaf_json(data_dir: Path) -> dict[str, list[Path]]:
     leaf = raw_dir(data_dir, "celeba") / "leaf"
     found = {split: sorted((leaf / split).glob("*.json")) for split in ("train", "test")}
-    if not all(found.values()):
+    if not all(found.values()):  # LEAF's preprocessing cannot be downloaded: unavailable, skipped offline
         zip_file = REMOTE_FILES["celeba"][0]
-        raise BenchError(
+        raise DataUnavailable(
             f"dataset 'celeba' needs LEAF's federated CelebA JSON in {leaf}/train/*.json and {leaf}/test/*.json "
             f"(none found in {', '.join(s for s, f in found.items() if not f)}). Create them with LEAF "
             f"({LEAF_COMMAND}) and copy leaf/data/celeba/data/train and .../test there. The images come from "
