@@ -1,6 +1,6 @@
 """GPU-hours of the DaFKD pipeline at paper scale, for both readings of E (pipelines/dafkd/NOTES.md A1, §6 budget).
 
-    uv run python pipelines/dafkd/validation/gpu_budget.py [--tflops 3]
+    uv run python pipelines/dafkd/validation/gpu_budget.py [--tflops 3] [--gpu benchmarks/gpu/gpu-nvidia-h200.json ...]
 
 For every run of the ``paper`` (E local epochs) and ``paper_steps`` (E local steps) profiles of
 pipelines/dafkd/params.yaml: its local iterations (epochs: T · E · the batches one pass over n_k cuts as the runs
@@ -23,6 +23,14 @@ then G trained through φ and h_d); no-sharing 3F + 9D + 4G; KD step 3F; DaFKD's
 distillation sample; FedFTG per iteration K_t·(3G + 6F) + K_t·F + 5·3F; FedDF per public sample of each
 distillation step K_t·F + 3F (the teacher is the mean of the round's K_t client models' logits); evaluation F
 per test image per model (DaFKD: the global model, ŵ and two ensembles of K_t client models).
+
+``--gpu FILE`` (repeatable; a step-time file of ``benchmarks/gpu.py measure``) adds a third price per file: the
+run's training FLOPs at the seconds per FLOP measured for its client model's training step at its shape, batch
+and optimiser, and its evaluation FLOPs at that model's measured forward, as ``bench suite cost --gpu`` prices
+the other papers (``MeasuredSteps`` of bench/report/cost.py). The server's and the generator's passes are priced
+at the client model's measured efficiency, as there. Unlike ``bench suite cost``, whose FLOPs per trained image
+are measured on two small clients and so scale a round's fixed server work with the images trained, this
+script counts the server's work per round, which is what DaFKD's and FedDF's distillation is.
 """
 from __future__ import annotations
 
@@ -42,8 +50,10 @@ from bench.config import ExperimentConfig  # noqa: E402
 from bench.data import get_dataset_spec  # noqa: E402
 from bench.data.partition import make_partition  # noqa: E402
 from bench.engine.streams import batches_per_pass  # noqa: E402
+from bench.errors import BenchError  # noqa: E402
 from bench.models import build_model  # noqa: E402
 from bench.models.inventory import forward_flops  # noqa: E402
+from bench.report.cost import MeasuredSteps, RunCost, run_steps  # noqa: E402
 from bench.suites import Suite, load_suite  # noqa: E402
 
 PARAMS = Path(__file__).resolve().parents[1] / "params.yaml"
@@ -63,8 +73,9 @@ def client_sizes(config: ExperimentConfig) -> list[int]:
     return [len(t) for t in part.train]
 
 
-def run_budget(suite: Suite, method: str, setting: str) -> tuple[float, float]:
-    """(FLOPs, reading-notes milliseconds) of one run."""
+def run_budget(suite: Suite, method: str, setting: str) -> tuple[RunCost, float]:
+    """One run's FLOPs (training, with the server's work, and evaluation, as a :class:`RunCost` of one "image"
+    each) and its reading-notes milliseconds."""
     cfg = suite.config(method, setting, 0)
     spec = get_dataset_spec(cfg.dataset.name)
     shape, classes, t, p = spec.image_shape, spec.num_classes, cfg.training, cfg.algorithm.params
@@ -83,7 +94,9 @@ def run_budget(suite: Suite, method: str, setting: str) -> tuple[float, float]:
     evals = t.rounds * spec.num_test
     step, server, server_steps, eval_models = 3.0 * f, 0.0, 0.0, 1
     if algorithm == "dafkd":
-        g = forward("dcgan_generator", shape, classes, "generator", noise_dim=p["noise_dim"])
+        g = (forward("dcgan_generator", shape, classes, "generator", noise_dim=p["noise_dim"], width=p["generator_width"])
+             if p["generator"] == "dcgan" else forward("cond_image_generator", shape, classes, "generator",
+                                                       noise_dim=p["noise_dim"]))  # as DaFKD builds G
         if p["sharing"] == "separate":
             d = forward("dafkd_discriminator", shape, 1)
             step = 3 * f + 9 * d + 4 * g
@@ -101,39 +114,64 @@ def run_budget(suite: Suite, method: str, setting: str) -> tuple[float, float]:
     elif algorithm == "feddf":
         server = p["distill_steps"] * (p["distill_batch_size"] or b) * (k_t * f + 3 * f)
         server_steps = p["distill_steps"] * (k_t + 1)
-    flops = iterations * b * step + t.rounds * server + evals * eval_models * f
+    cost = RunCost(method, setting, train_flops_per_image=iterations * b * step + t.rounds * server,
+                   forward_flops=evals * eval_models * f, train_images=1, eval_images=1, steps=run_steps(cfg))
     kind = {"dafkd": "dafkd", "fedprox": "fedprox", "fedgen": "fedgen"}.get(algorithm, "ce")
     ms = (iterations * MS[kind] + t.rounds * server_steps * MS["server"]
           + math.ceil(evals * eval_models / 1024) * MS["eval"])
-    return flops, ms
+    return cost, ms
 
 
-def main() -> None:
+Row = tuple[str, int, float, float, list[float]]  # method, runs, FLOPs, NOTES.md ms, GPU-seconds per device
+
+
+def profile_budget(profile: str, measured: list[MeasuredSteps], overrides: tuple[str, ...] = ()
+                   ) -> tuple[list[Row], dict[str, float]]:
+    """Per method of ``profile``: (method, runs, FLOPs, NOTES.md ms, GPU-seconds on each measured device), every
+    seed counted; and NOTES.md ms per dataset (``overrides``: more ``-S key=value`` of the params)."""
+    suite = load_suite(PARAMS, overrides=[f"profile={profile}", *overrides])
+    seeds = len(suite.params.suite.seeds)
+    rows: list[Row] = []
+    groups: dict[str, float] = {}
+    for method in suite.methods:
+        flops = ms = 0.0
+        seconds = [0.0] * len(measured)
+        for setting in suite.settings_of(method):
+            cost, m = run_budget(suite, method, setting)
+            flops, ms = flops + cost.flops * seeds, ms + m * seeds
+            seconds = [s + device.seconds(cost) * seeds for s, device in zip(seconds, measured)]
+            group = setting.split("-")[0]
+            groups[group] = groups.get(group, 0.0) + m * seeds
+        rows.append((method, len(suite.settings_of(method)) * seeds, flops, ms, seconds))
+    return rows, groups
+
+
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tflops", type=float, default=3.0)
-    args = parser.parse_args()
-    for profile in ("paper", "paper_steps"):
-        suite = load_suite(PARAMS, overrides=[f"profile={profile}"])
-        seeds = len(suite.params.suite.seeds)
-        rows, total_flops, total_ms = [], 0.0, 0.0
-        groups: dict[str, float] = {}
-        for method in suite.methods:
-            flops = ms = 0.0
-            for setting in suite.settings_of(method):
-                f, m = run_budget(suite, method, setting)
-                flops, ms = flops + f * seeds, ms + m * seeds
-                group = setting.split("-")[0]
-                groups[group] = groups.get(group, 0.0) + m * seeds
-            rows.append((method, len(suite.settings_of(method)) * seeds, flops, ms))
-            total_flops, total_ms = total_flops + flops, total_ms + ms
-        print(f"\n## profile {profile}: GPU-hours at {args.tflops:g} TFLOP/s (FLOPs) and at the notes' ms per step\n")
-        print("| method | runs | PFLOP | GPU-h (FLOPs) | GPU-h (NOTES.md ms) |\n|---|---|---|---|---|")
-        for method, runs, flops, ms in rows:
-            print(f"| {method} | {runs} | {flops / 1e15:.1f} | {flops / (args.tflops * 1e12) / 3600:.1f} | "
-                  f"{ms / 3.6e6:.1f} |")
-        print(f"| total | {sum(row[1] for row in rows)} | {total_flops / 1e15:.1f} | "
-              f"{total_flops / (args.tflops * 1e12) / 3600:.0f} | {total_ms / 3.6e6:.0f} |")
-        print("\nGPU-h (NOTES.md ms) per dataset: " + ", ".join(f"{g} {v / 3.6e6:.0f}" for g, v in groups.items()))
+    parser.add_argument("--gpu", type=Path, action="append", default=[], metavar="FILE",
+                        help="a step-time file of benchmarks/gpu.py measure: adds that device's GPU-hours (repeatable)")
+    args = parser.parse_args(argv)
+    try:
+        measured = [MeasuredSteps.load(path) for path in args.gpu]
+        for profile in ("paper", "paper_steps"):
+            rows, groups = profile_budget(profile, measured)
+            devices = "".join(f" | {d.device}-h (measured steps)" for d in measured)
+            print(f"\n## profile {profile}: GPU-hours at {args.tflops:g} TFLOP/s (FLOPs), at the notes' ms per step"
+                  + (" and at the measured steps" if measured else "") + "\n")
+            print(f"| method | runs | PFLOP | GPU-h (FLOPs) | GPU-h (NOTES.md ms){devices} |\n|---|---|---|---|---|"
+                  + "---|" * len(measured))
+            for method, runs, flops, ms, seconds in rows:
+                print(f"| {method} | {runs} | {flops / 1e15:.1f} | {flops / (args.tflops * 1e12) / 3600:.1f} | "
+                      f"{ms / 3.6e6:.1f} |" + "".join(f" {s / 3600:.1f} |" for s in seconds))
+            totals = [sum(row[4][i] for row in rows) for i in range(len(measured))]
+            print(f"| total | {sum(row[1] for row in rows)} | {sum(row[2] for row in rows) / 1e15:.1f} | "
+                  f"{sum(row[2] for row in rows) / (args.tflops * 1e12) / 3600:.0f} | "
+                  f"{sum(row[3] for row in rows) / 3.6e6:.0f} |" + "".join(f" {s / 3600:.0f} |" for s in totals))
+            print("\nGPU-h (NOTES.md ms) per dataset: " + ", ".join(f"{g} {v / 3.6e6:.0f}" for g, v in groups.items()))
+    except BenchError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(2)
 
 
 if __name__ == "__main__":
