@@ -176,8 +176,9 @@ def _data_pipeline_datasets() -> list[str]:
 
 
 @pytest.mark.parametrize("name", _data_pipeline_datasets())
-def test_every_dataset_of_the_data_pipeline_is_skipped_offline_not_failed(name: str, tmp_path: Path, monkeypatch,
-                                                                          capsys: pytest.CaptureFixture[str]) -> None:  # type: ignore[no-untyped-def]
+def test_every_dataset_of_the_data_pipeline_is_skipped_offline_not_failed(name: str, tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch,
+                                                                          capsys: pytest.CaptureFixture[str]) -> None:
     """`dvc repro -P` on a fresh clone, offline: each `prepare@<name>` stage ends as skipped with its reason,
     whatever the dataset's raw files are (a download, or CelebA's LEAF JSON, which no download provides)."""
     monkeypatch.setenv("BENCH_OFFLINE", "1")

@@ -158,6 +158,12 @@ class DaFKDParams(ModeParams, ServerBNParams):
 # -- the losses (each checked by hand in tests/test_dafkd.py) -------------------------------------------
 
 
+def generator_model(generator: Literal["dcgan", "cond"], width: int) -> tuple[str, dict[str, int]]:
+    """The registered model G_k is built as, with its keyword arguments (``generator``, ``generator_width``; the
+    noise dimension apart)."""
+    return ("dcgan_generator", {"width": width}) if generator == "dcgan" else ("cond_image_generator", {})
+
+
 def adversarial_loss(real_logit: torch.Tensor, fake_logit: torch.Tensor,
                      form: Literal["joint", "separate"]) -> torch.Tensor:
     """Eq. 2 from discriminator logits ℓ (f = σ(ℓ); −log σ(ℓ) = softplus(−ℓ), −log(1 − σ(ℓ)) = softplus(ℓ)):
@@ -477,8 +483,7 @@ class DaFKD(ServerBNRule[DaFKDClient, DaFKDServer, GeneratorBroadcast, DomainUpl
 
     def _build_generator(self) -> nn.Module:
         p = self.params
-        name, kwargs = (("dcgan_generator", {"width": p.generator_width}) if p.generator == "dcgan"
-                        else ("cond_image_generator", {}))
+        name, kwargs = generator_model(p.generator, p.generator_width)
         return build_model(name, self.ctx.in_shape, self.ctx.num_classes, seed=self.ctx.seed, key=("init", "generator"),
                            noise_dim=p.noise_dim, **kwargs).to(self.ctx.device)
 

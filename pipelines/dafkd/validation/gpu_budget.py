@@ -17,12 +17,17 @@ evaluations, each priced two ways:
   an evaluation forward batch of 1,024 at 2.5 ms and FedFTG's and FedDF's teachers at a server step each per
   batch, assumptions of this script).
 
-What each step runs (passes per sample, F = the classifier's forward, G the generator's, D the separate
-discriminator's): CE step 3F; DaFKD iteration 9F + 4G (real and fake through φ with backward, G's samples,
-then G trained through φ and h_d); no-sharing 3F + 9D + 4G; KD step 3F; DaFKD's teachers K_t·F per
-distillation sample; FedFTG per iteration K_t·(3G + 6F) + K_t·F + 5·3F; FedDF per public sample of each
-distillation step K_t·F + 3F (the teacher is the mean of the round's K_t client models' logits); evaluation F
-per test image per model (DaFKD: the global model, ŵ and two ensembles of K_t client models).
+What each step runs (passes per trained sample, F = the classifier's forward, G the generator's, D the separate
+discriminator's; a backward pass 2 forwards, or 1 where only input gradients flow, as through the classifier when
+the generator trains): CE step 3F; DaFKD iteration 8F + 4G (G's samples, real and fake through φ with backward: 6F +
+G, then G trained through φ and h_d: 2F + 3G); no-sharing 3F + 8D + 4G; KD step 3F; DaFKD's server per generated
+sample G + K_t·F (+ K_t·D without sharing) for the teachers, in every round but the first under
+``skip_first_distill``; FedFTG per iteration and sample K_t·generator_steps·(3G + 4F) + G + K_t·F +
+student_steps·3F; FedDF per public sample of each distillation step K_t·F + 3F (the teacher is the mean of the
+round's K_t client models' logits); the BatchNorm rule ``clients`` one F per training image of each round's
+clients, ``test`` one F per image of the test set's full batches after each server training; evaluation F per
+test image per model (DaFKD: the global model, ŵ and two ensembles of K_t client models). Images trained: local
+steps × B, or epochs × each client's images (whole batches with ``drop_last``).
 
 ``--gpu FILE`` (repeatable; a step-time file of ``benchmarks/gpu.py measure``) adds a third price per file: the
 run's training FLOPs at the seconds per FLOP measured for its client model's training step at its shape, batch
@@ -55,6 +60,7 @@ from bench.models import build_model  # noqa: E402
 from bench.models.inventory import forward_flops  # noqa: E402
 from bench.report.cost import MeasuredSteps, RunCost, run_steps  # noqa: E402
 from bench.suites import Suite, load_suite  # noqa: E402
+from bench.algorithms.dafkd import generator_model  # noqa: E402
 
 PARAMS = Path(__file__).resolve().parents[1] / "params.yaml"
 MS = {"ce": 2.5, "fedprox": 2.8, "fedgen": 3.5, "dafkd": 8.0, "server": 2.5, "eval": 2.5}  # §6 (eval: ours)
@@ -84,40 +90,53 @@ def run_budget(suite: Suite, method: str, setting: str) -> tuple[RunCost, float]
     sizes = client_sizes(cfg)
     k_t = max(1, round(cfg.participation.fraction * len(sizes)))
     b = t.batch_size
-    per_client: float
+    per_client: float  # a client's local iterations a round
+    images: float  # the images they train on
     if t.local_steps is not None:
-        per_client = t.local_steps
+        per_client, images = t.local_steps, t.local_steps * b
     else:
         assert t.local_epochs is not None  # TrainingConfig requires local_epochs or local_steps
         per_client = t.local_epochs * float(np.mean([batches_per_pass(n, b, t.drop_last) for n in sizes]))
+        images = t.local_epochs * float(np.mean([n // b * b if t.drop_last else n for n in sizes]))
     iterations = t.rounds * k_t * per_client
     evals = t.rounds * spec.num_test
-    step, server, server_steps, eval_models = 3.0 * f, 0.0, 0.0, 1
+    step, server, server_steps, eval_models, server_rounds = 3.0 * f, 0.0, 0.0, 1, t.rounds
     if algorithm == "dafkd":
-        g = (forward("dcgan_generator", shape, classes, "generator", noise_dim=p["noise_dim"], width=p["generator_width"])
-             if p["generator"] == "dcgan" else forward("cond_image_generator", shape, classes, "generator",
-                                                       noise_dim=p["noise_dim"]))  # as DaFKD builds G
+        name, kwargs = generator_model(p["generator"], p["generator_width"])  # G as DaFKD builds it
+        g = forward(name, shape, classes, "generator", noise_dim=p["noise_dim"], **kwargs)
+        batch = p["distill_batch_size"] or b
+        samples = p["distill_batches"] * batch
         if p["sharing"] == "separate":
             d = forward("dafkd_discriminator", shape, 1)
-            step = 3 * f + 9 * d + 4 * g
+            step = 3 * f + 8 * d + 4 * g
+            server = samples * (g + k_t * (f + d))
         else:
-            step = 9 * f + 4 * g
-        samples = p["distill_batches"] * (p["distill_batch_size"] or b)
-        server = samples * (g + k_t * f) + p["distill_batches"] * p["distill_epochs"] * (p["distill_batch_size"] or b) * 3 * f
+            step = 8 * f + 4 * g
+            server = samples * (g + k_t * f)
+        server += p["distill_batches"] * p["distill_epochs"] * batch * 3 * f
         server_steps = p["distill_batches"] * p["distill_epochs"]
+        server_rounds = t.rounds - 1 if p["skip_first_distill"] else t.rounds
         eval_models = 2 + 2 * k_t
     elif algorithm == "fedftg":
         g = forward("cond_image_generator", shape, classes, "generator", noise_dim=p["noise_dim"])
-        per_iteration = k_t * (3 * g + 6 * f) + k_t * f + p["student_steps"] * 3 * f + g
+        per_iteration = k_t * p["generator_steps"] * (3 * g + 4 * f) + g + k_t * f + p["student_steps"] * 3 * f
         server = p["iterations"] * per_iteration * (p["batch_size"] or b)
         server_steps = p["iterations"] * (k_t + p["student_steps"])
     elif algorithm == "feddf":
         server = p["distill_steps"] * (p["distill_batch_size"] or b) * (k_t * f + 3 * f)
         server_steps = p["distill_steps"] * (k_t + 1)
-    cost = RunCost(method, setting, train_flops_per_image=iterations * b * step + t.rounds * server,
-                   forward_flops=evals * eval_models * f, train_images=1, eval_images=1, steps=run_steps(cfg))
+    rule = p.get("student_bn_stats", "distilled")
+    if rule == "clients":  # every round, each client's pass over its training split
+        server_rounds_bn = t.rounds * k_t * float(np.mean(sizes)) * f
+    elif rule == "test":  # after each server training, the test set's full batches
+        server_rounds_bn = server_rounds * (spec.num_test // b * b) * f
+    else:
+        server_rounds_bn = 0.0
+    cost = RunCost(method, setting, train_flops_per_image=t.rounds * k_t * images * step + server_rounds * server
+                   + server_rounds_bn, forward_flops=evals * eval_models * f, train_images=1, eval_images=1,
+                   steps=run_steps(cfg))
     kind = {"dafkd": "dafkd", "fedprox": "fedprox", "fedgen": "fedgen"}.get(algorithm, "ce")
-    ms = (iterations * MS[kind] + t.rounds * server_steps * MS["server"]
+    ms = (iterations * MS[kind] + server_rounds * server_steps * MS["server"]
           + math.ceil(evals * eval_models / 1024) * MS["eval"])
     return cost, ms
 
@@ -152,6 +171,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--gpu", type=Path, action="append", default=[], metavar="FILE",
                         help="a step-time file of benchmarks/gpu.py measure: adds that device's GPU-hours (repeatable)")
     args = parser.parse_args(argv)
+    if not args.tflops > 0:
+        print(f"error: --tflops {args.tflops:g}: give a positive throughput in TFLOP/s (e.g. 3)", file=sys.stderr)
+        sys.exit(2)
     try:
         measured = [MeasuredSteps.load(path) for path in args.gpu]
         for profile in ("paper", "paper_steps"):
