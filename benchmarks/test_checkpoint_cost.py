@@ -6,7 +6,9 @@ Two workloads, each run to the end with its records written (``run_experiment``,
 * the workload shared with PFLlib and FL-bench (``test_shared_workload.py``): FedAvg, 20 clients x 600
   MNIST-shaped images, PFLlib's FedAvgCNN (582,026 parameters), batch 32, ``ROUNDS`` rounds (default 14,
   long enough that the default policy writes at least one checkpoint), evaluation every round;
-* a run of the default suite (``params.yaml``): FedAvg on the IID setting, seed 0, 20 rounds.
+* a run of the default suite (``params.yaml``): FedAvg on the IID setting, seed 0, 20 rounds;
+* a run of each paper's pinned proxy (``pipelines/<paper>/params.yaml`` at the profile it names): the paper's own
+  method on its first setting, its first seed.
 
 Each repetition runs the workload three times back to back (no checkpoints, every round, the default
 policy). Reported as medians over the repetitions: the checkpoint's size and the time one write takes
@@ -26,7 +28,10 @@ import statistics
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from bench.config import ExperimentConfig
+from bench.data import prepare_dataset
 from bench.runner.checkpoint import CHECKPOINT, EVERY_ROUND, NEVER, CheckpointPolicy
 from bench.runner.executor import RunRequest, run_experiment
 from bench.suites import load_suite
@@ -97,4 +102,16 @@ def test_checkpoint_cost_on_a_default_suite_run(benchmark: Any, data_dir: Path, 
     config = load_suite(ROOT / "params.yaml").config("fedavg", "iid", 0)
     config = ExperimentConfig.model_validate({**config.to_dict(), "tracking": {"mlflow": False}})
     info = measure(benchmark, "default suite (fedavg, iid, seed 0)", config, data_dir, tmp_path)
+    assert info["share_default"] <= 0.02
+
+
+@pytest.mark.parametrize("paper", sorted(p.parent.name for p in (ROOT / "pipelines").glob("*/paper.py")))
+def test_checkpoint_cost_on_a_paper_proxy_run(paper: str, benchmark: Any, data_dir: Path, tmp_path: Path) -> None:
+    suite = load_suite(ROOT / "pipelines" / paper / "params.yaml")
+    config = suite.config(paper, suite.settings_of(paper)[0], suite.params.suite.seeds[0])
+    config = ExperimentConfig.model_validate({**config.to_dict(), "tracking": {"mlflow": False}})
+    if not (data_dir / "prepared" / config.dataset.name).is_dir():
+        prepare_dataset(config.dataset.name, data_dir)
+    info = measure(benchmark, f"{paper} proxy ({paper}, {suite.settings_of(paper)[0]}, seed "
+                   f"{suite.params.suite.seeds[0]})", config, data_dir, tmp_path)
     assert info["share_default"] <= 0.02
