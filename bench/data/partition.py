@@ -142,7 +142,7 @@ class DirichletParams(SchemeParams):
 
 
 def dirichlet_figure(params: dict[str, Any]) -> FigureKind:
-    """FedAL's per-client Dirichlet as its Fig. 4 draws it, bubbles; the per-class reading as a heatmap."""
+    """The per-client reading drawn as bubbles (one per client and class), the per-class reading as a heatmap."""
     return "bubble" if params.get("mode") == "per_client" else "heatmap"
 
 

@@ -151,9 +151,9 @@ def stand_in(config: ExperimentConfig, data_dir: Path | None = None) -> str:
 def _measurement(config: ExperimentConfig, dataset: str, rounds: int) -> ExperimentConfig:
     """``config`` for ``rounds`` rounds on 2 iid clients of ``dataset`` holding about 1.5 batches each
     (the rest held out) and a public set (if any) of one batch (it runs with ``evaluating=False``: :func:`_counted`).
-    FLOPs do not depend on the loss,
-    so an exploding loss does not stop the measurement (``divergence_factor: null``: FedAKD's released Standalone
-    reference, Adam at lr 0.15, explodes on the stand-in); a non-finite one still does."""
+    FLOPs do not depend on the loss, so an exploding loss does not stop the measurement (``divergence_factor:
+    null``: FedAKD's released Standalone reference, Adam at lr 0.15, explodes on the stand-in); a non-finite one
+    still does."""
     batch = config.training.batch_size
     public = config.public.size and batch
     per_client = (get_dataset_spec(dataset).num_train - public) / MEASURE_CLIENTS
@@ -202,11 +202,11 @@ def _train_flops_per_image(measured: ExperimentConfig, local_test_ratio: float, 
         with tempfile.TemporaryDirectory() as folder:
             saved = partition.save(folder)
             _MEASURED[key] = (_counted(measured, data_dir, saved) - _counted(one, data_dir, saved)) / \
-                _images_per_round(measured, [len(t) for t in partition.train])
+                images_per_round(measured, [len(t) for t in partition.train])
     return _MEASURED[key]
 
 
-def _images_per_round(config: ExperimentConfig, sizes: list[int]) -> int:
+def images_per_round(config: ExperimentConfig, sizes: list[int]) -> int:
     """Images the clients train on in one round (every client takes part in the count)."""
     t = config.training
     if t.local_steps is not None:
@@ -249,7 +249,7 @@ def run_cost(config: ExperimentConfig, method: str, setting: str, data_dir: Path
     local_test_ratio = round(sum(local_test) / max(sum(train), 1), 3)
     return RunCost(method, setting, _train_flops_per_image(measured, local_test_ratio, data_dir),
                    forward_flops(model, entry.kind, spec.image_shape),
-                   math.ceil(fraction * config.training.rounds * _images_per_round(config, train)),
+                   math.ceil(fraction * config.training.rounds * images_per_round(config, train)),
                    len(evaluation_rounds(config)) * per_round, run_steps(config),
                    _step(config, config.model.name, config.model.kwargs))
 

@@ -51,6 +51,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[3]  # the repository
 sys.path.insert(0, str(ROOT))
 
+from bench.algorithms.dafkd import generator_model  # noqa: E402
 from bench.config import ExperimentConfig  # noqa: E402
 from bench.data import get_dataset_spec  # noqa: E402
 from bench.data.partition import make_partition  # noqa: E402
@@ -58,9 +59,8 @@ from bench.engine.streams import batches_per_pass  # noqa: E402
 from bench.errors import BenchError  # noqa: E402
 from bench.models import build_model  # noqa: E402
 from bench.models.inventory import forward_flops  # noqa: E402
-from bench.report.cost import MeasuredSteps, RunCost, run_steps  # noqa: E402
+from bench.report.cost import MeasuredSteps, RunCost, images_per_round, run_steps  # noqa: E402
 from bench.suites import Suite, load_suite  # noqa: E402
-from bench.algorithms.dafkd import generator_model  # noqa: E402
 
 PARAMS = Path(__file__).resolve().parents[1] / "params.yaml"
 MS = {"ce": 2.5, "fedprox": 2.8, "fedgen": 3.5, "dafkd": 8.0, "server": 2.5, "eval": 2.5}  # §6 (eval: ours)
@@ -91,14 +91,13 @@ def run_budget(suite: Suite, method: str, setting: str) -> tuple[RunCost, float]
     k_t = max(1, round(cfg.participation.fraction * len(sizes)))
     b = t.batch_size
     per_client: float  # a client's local iterations a round
-    images: float  # the images they train on
     if t.local_steps is not None:
-        per_client, images = t.local_steps, t.local_steps * b
+        per_client = t.local_steps
     else:
         assert t.local_epochs is not None  # TrainingConfig requires local_epochs or local_steps
         per_client = t.local_epochs * float(np.mean([batches_per_pass(n, b, t.drop_last) for n in sizes]))
-        images = t.local_epochs * float(np.mean([n // b * b if t.drop_last else n for n in sizes]))
     iterations = t.rounds * k_t * per_client
+    images = images_per_round(cfg, sizes) / len(sizes)  # a client's trained images a round, as bench suite cost counts
     evals = t.rounds * spec.num_test
     step, server, server_steps, eval_models, server_rounds = 3.0 * f, 0.0, 0.0, 1, t.rounds
     if algorithm == "dafkd":
@@ -127,13 +126,13 @@ def run_budget(suite: Suite, method: str, setting: str) -> tuple[RunCost, float]
         server_steps = p["distill_steps"] * (k_t + 1)
     rule = p.get("student_bn_stats", "distilled")
     if rule == "clients":  # every round, each client's pass over its training split
-        server_rounds_bn = t.rounds * k_t * float(np.mean(sizes)) * f
+        bn_flops = t.rounds * k_t * float(np.mean(sizes)) * f
     elif rule == "test":  # after each server training, the test set's full batches
-        server_rounds_bn = server_rounds * (spec.num_test // b * b) * f
+        bn_flops = server_rounds * (spec.num_test // b * b) * f
     else:
-        server_rounds_bn = 0.0
+        bn_flops = 0.0
     cost = RunCost(method, setting, train_flops_per_image=t.rounds * k_t * images * step + server_rounds * server
-                   + server_rounds_bn, forward_flops=evals * eval_models * f, train_images=1, eval_images=1,
+                   + bn_flops, forward_flops=evals * eval_models * f, train_images=1, eval_images=1,
                    steps=run_steps(cfg))
     kind = {"dafkd": "dafkd", "fedprox": "fedprox", "fedgen": "fedgen"}.get(algorithm, "ce")
     ms = (iterations * MS[kind] + server_rounds * server_steps * MS["server"]
