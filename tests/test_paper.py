@@ -13,9 +13,11 @@ from pydantic import ValidationError
 
 from bench.cli import main
 from bench.errors import BenchError
+from bench.report.paper_report import strongest
 from bench.suites import load_suite
 from bench.suites.paper import Claim, Paper, PaperDefinition, Results, claim
 from bench.suites.plugins import PAPERS
+from bench.suites.verdicts import detectable_difference
 from tests.fabricated import fabricate_run
 
 DEFINITION = """
@@ -170,6 +172,34 @@ def test_report_renders_the_definition(root: Path) -> None:
     # nobody but FedAvg's seed 0 reaches 90 %, so that statistic has no finite pair to measure noise on
     assert "| Table 2 | rounds | `reach0.5_global_acc` | 3 | 2 | 3 | 0.00 | 0.00 |" in paper
     assert "| Table 2 | rounds | `reach0.9_global_acc` | 3 | 0 | 3 | — | — |" in paper  # Table 2 prints two of the three
+    # The headline comparison: FedAvg against its strongest rival in each measure. Max: FedProx (90) over Standalone
+    # (80), a tie on every pair; CF: FedProx (Standalone has none), +200 each pair; rounds to 90 %: one finite pair
+    assert "| Table 1 | Max | `final_clientmax_local_acc` | FedAvg vs FedProx | 6 | +0.00 | 0.00 | 0.00 |" in paper
+    assert "| Table 1 | CF | `final_cf(standalone)_local_acc` | FedAvg vs FedProx | 6 | +200.00 | 0.00 | 0.00 |" in paper
+    assert "| Table 2 | rounds | `reach0.5_global_acc` | FedAvg vs FedProx | 3 | +0.00 | 0.00 | 0.00 |" in paper
+    assert "| Table 2 | rounds | `reach0.9_global_acc` | FedAvg vs FedProx | 1 | +0.00 | — | — |" in paper
+
+
+def test_headline_comparison_is_the_proposed_method_against_its_strongest_rival(root: Path) -> None:
+    """FedProx's best client on IID falls to 80 and 70 on seeds 1 and 2: FedAvg − FedProx in Max is 0, 10, 20 on
+    IID and 0, 0, 0 on DIR (×100), so the difference is 5 and its pair noise the sample std of those six, √70;
+    FedProx (mean 85) stays the rival over Standalone (80)."""
+    suite = load_suite(root / "params.yaml")
+    for seed, accs in ((1, [0.8, 0.6, 0.4, 0.2]), (2, [0.7, 0.5, 0.3, 0.1])):
+        fabricate_run(suite.run_dir("fedprox", "iid", seed), suite.config("fedprox", "iid", seed),
+                      {"local_acc": {r: accs for r in range(1, 5)}},
+                      {"train_loss": {r: 1.0 / r for r in range(1, 5)}, "global_acc": dict(enumerate(GLOBAL[seed], 1))})
+    assert main(["suite", "report", "--params", str(root / "params.yaml")]) == 0
+    paper = (root / "reports" / "demo" / "paper.md").read_text()
+    noise = math.sqrt(70.0)
+    assert (f"| Table 1 | Max | `final_clientmax_local_acc` | FedAvg vs FedProx | 6 | +5.00 | {noise:.2f} | "
+            f"{detectable_difference(noise, 6):.2f} |") in paper
+
+
+def test_strongest_rival_is_the_best_mean_in_the_measures_direction() -> None:
+    means = {"fedprox": 3.0, "feddf": 5.0, "fedgen": 5.0}
+    assert strongest(means, higher=True) == "feddf"  # the first of a tie
+    assert strongest(means, higher=False) == "fedprox"  # rounds to a target: fewer is better
 
 
 def test_pin_and_compare_cover_every_declared_statistic(root: Path, capsys: pytest.CaptureFixture[str]) -> None:

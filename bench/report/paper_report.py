@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from bench.report.paired import sensitivity
+from bench.report.paired import compare, sensitivity
 from bench.report.paper_figures import DrawnFigure, run_curve
 from bench.report.pinned import PinnedFile
 from bench.report.runs import RunKey, RunRecord, statistic_value
@@ -18,7 +18,7 @@ from bench.suites.paper import TIME_RATIO, BandCell, Figure, Measure, Paper, Pap
     Section, Trace, band_cells
 from bench.suites.mechanisms import mechanism_cells, statuses
 from bench.suites.statistics import Statistic, aggregate
-from bench.suites.verdicts import ALPHA, POWER
+from bench.suites.verdicts import ALPHA, POWER, mean, sample_std
 
 Cells = dict[tuple[str, str, str], tuple[float, float | None]]  # (method, column, measure) -> (mean, spread)
 
@@ -241,7 +241,8 @@ def paper_markdown(suite: Suite, runs: dict[RunKey, RunRecord], summary: dict[st
     if band is not None:
         parts += [acceptance_section(d, ours, list(bands.values()))]
     parts += [ranking_section(paper, ours, printed)]
-    parts += [detection_section(d, ours), mechanism_section(suite, runs), claims_section(paper, ours, printed)]
+    parts += [detection_section(d, ours), headline_section(suite, ours), mechanism_section(suite, runs),
+              claims_section(paper, ours, printed)]
     return "\n\n".join(parts) + "\n"
 
 
@@ -285,6 +286,67 @@ def detection_section(d: PaperDefinition, ours: Results) -> str:
         "reached) are left out.",
         markdown_table(["table", "measure", "statistic", "seeds", "methods", "pairs", "pair noise",
                         f"detectable (power {POWER:g})"], rows)])
+
+
+def headline_section(suite: Suite, ours: Results) -> str:
+    """The headline comparison: in each table that prints the proposed method, per ranked measure and statistic, the
+    proposed method against its strongest rival there (the other row, not a variant of the proposed algorithm, with
+    the best mean of ours over the (setting, seed) pairs both have), paired on those pairs (bench.report.paired):
+    the mean difference, its pair noise and the smallest difference the paired t-test detects with power 0.8. The
+    pooled table above mixes every pair of rows; a paper's headline is this one pair."""
+    assert suite.paper is not None, "a paper's report needs the suite's paper"
+    d = suite.paper.definition
+    entries = suite.params.methods
+    algorithm = entries[d.proposed].name or d.proposed if d.proposed in entries else d.proposed
+    rivals = [m for m in d.methods if m != d.proposed and (entries[m].name or m if m in entries else m) != algorithm]
+    rows = []
+    for name, table in d.tables.items():
+        if d.proposed not in d.rows(name):
+            continue
+        for measure_name, measure in table.measures.items():
+            if not measure.ranked:
+                continue
+            by_statistic: dict[Statistic, dict[str, dict[tuple[str, int], float]]] = {}
+            for column in ours.table(name):
+                statistic = column.statistics[measure_name]
+                for method in [d.proposed, *rivals]:
+                    if method in d.rows(name) and (seeds := ours.seeds.get((method, column.key, measure_name))):
+                        by_statistic.setdefault(statistic, {}).setdefault(method, {}).update(seeds)
+            for statistic, values in by_statistic.items():
+                mine = {p: v for p, v in values.pop(d.proposed, {}).items() if math.isfinite(v)}
+                scored = {m: sum(v[p] for p in shared) / len(shared) for m, v in values.items()
+                          if (shared := [p for p in mine if p in v and math.isfinite(v[p])])}
+                if not mine or not scored:
+                    continue
+                rival = strongest(scored, statistic.higher_is_better)
+                pairs = sorted(p for p in mine if p in values[rival] and math.isfinite(values[rival][p]))
+                found = compare(rival, pairs, [measure.scale * mine[p] for p in pairs],
+                                [measure.scale * values[rival][p] for p in pairs])
+                noise = sample_std(found.differences) if len(pairs) > 1 else None
+                rows.append([table.title, measure.label, f"`{statistic.name}`",
+                             f"{d.label(d.proposed)} vs {d.label(rival)}", str(len(pairs)),
+                             _signed(mean(found.differences), measure.digits), _fmt(noise, measure.digits),
+                             _fmt(found.detectable, measure.digits)])
+    return "\n\n".join([
+        "## The headline comparison",
+        f"In each table that prints {d.label(d.proposed)}, per ranked measure: {d.label(d.proposed)} against its "
+        "strongest rival there (the other row, not a variant of it, with the best mean of ours over the (setting, "
+        "seed) pairs both have), paired on those pairs: the mean **difference** (ours − rival, in the measure's "
+        "units; a rounds-to-target measure is better lower), its **pair noise** (the sample std of the per-pair "
+        f"differences) and the smallest mean difference the paired t-test detects with power {POWER:g} at α = "
+        f"{ALPHA:g} with that noise over these pairs. Rows whose value is not finite are left out.",
+        markdown_table(["table", "measure", "statistic", "comparison", "pairs", "difference", "pair noise",
+                        f"detectable (power {POWER:g})"], rows) if rows else
+        f"No table has per-seed values of {d.label(d.proposed)} and a rival."])
+
+
+def strongest(means: dict[str, float], higher: bool) -> str:
+    """The method with the best mean (the highest, or the lowest where fewer is better); the first on a tie."""
+    return max(means, key=lambda m: means[m] if higher else -means[m])
+
+
+def _signed(value: float, digits: int) -> str:
+    return "—" if math.isnan(value) else f"{value:+.{digits}f}"
 
 
 def mechanism_section(suite: Suite, runs: dict[RunKey, RunRecord]) -> str:
