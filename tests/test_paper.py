@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import yaml
@@ -13,7 +14,7 @@ from pydantic import ValidationError
 
 from bench.cli import main
 from bench.errors import BenchError
-from bench.report.paper_report import strongest
+from bench.report.paper_report import Headline, headline, headline_section, strongest
 from bench.suites import load_suite
 from bench.suites.paper import Claim, Paper, PaperDefinition, Results, claim
 from bench.suites.plugins import PAPERS
@@ -177,7 +178,8 @@ def test_report_renders_the_definition(root: Path) -> None:
     assert "| Table 1 | Max | `final_clientmax_local_acc` | FedAvg vs FedProx | 6 | +0.00 | 0.00 | 0.00 |" in paper
     assert "| Table 1 | CF | `final_cf(standalone)_local_acc` | FedAvg vs FedProx | 6 | +200.00 | 0.00 | 0.00 |" in paper
     assert "| Table 2 | rounds | `reach0.5_global_acc` | FedAvg vs FedProx | 3 | +0.00 | 0.00 | 0.00 |" in paper
-    assert "| Table 2 | rounds | `reach0.9_global_acc` | FedAvg vs FedProx | 1 | +0.00 | — | — |" in paper
+    # rounds to 90 %: only seed 0 reaches it; the others count as 4 rounds + 1, on both sides
+    assert "| Table 2 | rounds | `reach0.9_global_acc` | FedAvg vs FedProx | 3 | +0.00 | 0.00 | 0.00 |" in paper
 
 
 def test_headline_comparison_is_the_proposed_method_against_its_strongest_rival(root: Path) -> None:
@@ -200,6 +202,41 @@ def test_strongest_rival_is_the_best_mean_in_the_measures_direction() -> None:
     means = {"fedprox": 3.0, "feddf": 5.0, "fedgen": 5.0}
     assert strongest(means, higher=True) == "feddf"  # the first of a tie
     assert strongest(means, higher=False) == "fedprox"  # rounds to a target: fewer is better
+
+
+P0, P1, P2, Q0 = ("s", 0), ("s", 1), ("s", 2), ("t", 0)
+
+
+def test_headline_pairs_the_proposed_method_with_its_rival_on_the_pairs_both_have() -> None:
+    # differences 1, 2, 3: mean 2, sample std 1
+    found = headline({P0: 1.0, P1: 2.0, P2: 3.0}, {"w": {P0: 0.0, P1: 0.0, P2: 0.0}}, higher=True)
+    assert found == Headline("w", 3, 2.0, 1.0, detectable_difference(1.0, 3))
+    # the rival is scored on the shared pairs only: "a" averages 0.9 there (0.45 over all its pairs), above "b"'s 0.6
+    found = headline({P0: 0.5, P1: 0.5, P2: 0.5}, {"a": {P0: 0.9, Q0: 0.0}, "b": {P0: 0.6, P1: 0.6, P2: 0.6}}, True)
+    assert found == Headline("a", 1, pytest.approx(-0.4), None, None)
+    # fewer is better: "x" (mean 3) is the rival, not "y" (mean 6)
+    assert headline({P0: 3.0, P1: 5.0}, {"x": {P0: 2.0, P1: 4.0}, "y": {P0: 6.0, P1: 6.0}}, higher=False) == \
+        Headline("x", 2, 1.0, 0.0, 0.0)
+    # a pair with a value that is not finite on either side is left out
+    assert headline({P0: math.inf, P1: 2.0, P2: 4.0}, {"z": {P0: 1.0, P1: 1.0, P2: math.inf}}, True) == \
+        Headline("z", 1, 1.0, None, None)
+    assert headline({P0: 1.0}, {"z": {P1: 1.0}}, True) is None  # no shared pair
+
+
+def test_headline_rival_never_runs_the_proposed_algorithm(definition: PaperDefinition) -> None:
+    """With FedProx's row running FedAvg's algorithm (a variant of the proposed FedAvg), Standalone is the rival."""
+    entries = {"fedavg": SimpleNamespace(name=None), "fedprox": SimpleNamespace(name="fedavg"),
+               "standalone": SimpleNamespace(name=None)}
+    suite = SimpleNamespace(paper=SimpleNamespace(definition=definition), params=SimpleNamespace(methods=entries))
+    seeds = {("fedavg", "iid", "max"): {("iid", 0): 0.9, ("iid", 1): 0.9},
+             ("fedprox", "iid", "max"): {("iid", 0): 0.95, ("iid", 1): 0.95},
+             ("standalone", "iid", "max"): {("iid", 0): 0.8, ("iid", 1): 0.8}}
+    ours = Results(definition, list(entries), definition.columns_for(["iid"]),
+                   {k: sum(v.values()) / 2 for k, v in seeds.items()}, seeds)
+    section = headline_section(suite, ours)  # type: ignore[arg-type]  # the two attributes it reads
+    assert "| Table 1 | Max | `final_clientmax_local_acc` | FedAvg vs Standalone | 2 | +10.00 | 0.00 | 0.00 |" in section
+    entries["fedprox"] = SimpleNamespace(name="fedprox")
+    assert "FedAvg vs FedProx | 2 | -5.00 |" in headline_section(suite, ours)  # type: ignore[arg-type]
 
 
 def test_pin_and_compare_cover_every_declared_statistic(root: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -6,9 +6,11 @@ results and on the paper's own tables.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
-from bench.report.paired import compare, sensitivity
+from bench.report.paired import Pair, sensitivity
 from bench.report.paper_figures import DrawnFigure, run_curve
 from bench.report.pinned import PinnedFile
 from bench.report.runs import RunKey, RunRecord, statistic_value
@@ -18,7 +20,7 @@ from bench.suites.paper import TIME_RATIO, BandCell, Figure, Measure, Paper, Pap
     Section, Trace, band_cells
 from bench.suites.mechanisms import mechanism_cells, statuses
 from bench.suites.statistics import Statistic, aggregate
-from bench.suites.verdicts import ALPHA, POWER, mean, sample_std
+from bench.suites.verdicts import ALPHA, POWER, detectable_difference, mean, sample_std
 
 Cells = dict[tuple[str, str, str], tuple[float, float | None]]  # (method, column, measure) -> (mean, spread)
 
@@ -288,17 +290,50 @@ def detection_section(d: PaperDefinition, ours: Results) -> str:
                         f"detectable (power {POWER:g})"], rows)])
 
 
+@dataclass(frozen=True)
+class Headline:
+    """The proposed method against its strongest rival on one statistic, paired on the (setting, seed) pairs both
+    have: the mean difference (proposed − rival), the sample std of the per-pair differences (over every pair, not
+    pooled within settings as the table above pools it; None for one pair) and the detectable difference."""
+
+    rival: str
+    pairs: int
+    difference: float
+    spread: float | None
+    detectable: float | None
+
+
+def headline(mine: Mapping[Pair, float], rivals: Mapping[str, Mapping[Pair, float]], higher: bool) -> Headline | None:
+    """The proposed method's values ``mine`` against the rival with the best mean over the pairs both have (in the
+    statistic's direction; :func:`strongest`); pairs with a value that is not finite on either side are left out.
+    None: no rival shares a pair."""
+    kept = {p: v for p, v in mine.items() if math.isfinite(v)}
+    shared = {m: [p for p in kept if p in v and math.isfinite(v[p])] for m, v in rivals.items()}
+    scored = {m: math.fsum(rivals[m][p] for p in pairs) / len(pairs) for m, pairs in shared.items() if pairs}
+    if not scored:
+        return None
+    rival = strongest(scored, higher)
+    differences = [kept[p] - rivals[rival][p] for p in sorted(shared[rival])]
+    spread = sample_std(differences) if len(differences) > 1 else None
+    return Headline(rival, len(differences), mean(differences), spread,
+                    None if spread is None else detectable_difference(spread, len(differences)))
+
+
+def strongest(means: Mapping[str, float], higher: bool) -> str:
+    """The method with the best mean (the highest, or the lowest where fewer is better); the first on a tie."""
+    return max(means, key=lambda m: means[m] if higher else -means[m])
+
+
 def headline_section(suite: Suite, ours: Results) -> str:
-    """The headline comparison: in each table that prints the proposed method, per ranked measure and statistic, the
-    proposed method against its strongest rival there (the other row, not a variant of the proposed algorithm, with
-    the best mean of ours over the (setting, seed) pairs both have), paired on those pairs (bench.report.paired):
-    the mean difference, its pair noise and the smallest difference the paired t-test detects with power 0.8. The
-    pooled table above mixes every pair of rows; a paper's headline is this one pair."""
+    """The headline comparison (:func:`headline`): in each table that prints the proposed method, per ranked measure
+    and statistic, the proposed method against its strongest rival there, among the table's rows that do not run the
+    proposed algorithm. A run that never reached a rounds-to-target statistic's target counts as its rounds + 1, the
+    least its value can be (as the claims count it). The pooled table above mixes every pair of rows; a paper's
+    headline is this one pair."""
     assert suite.paper is not None, "a paper's report needs the suite's paper"
     d = suite.paper.definition
-    entries = suite.params.methods
-    algorithm = entries[d.proposed].name or d.proposed if d.proposed in entries else d.proposed
-    rivals = [m for m in d.methods if m != d.proposed and (entries[m].name or m if m in entries else m) != algorithm]
+    algorithm = _algorithm(suite, d.proposed)
+    rivals = [m for m in d.methods if m != d.proposed and _algorithm(suite, m) != algorithm]
     rows = []
     for name, table in d.tables.items():
         if d.proposed not in d.rows(name):
@@ -306,47 +341,43 @@ def headline_section(suite: Suite, ours: Results) -> str:
         for measure_name, measure in table.measures.items():
             if not measure.ranked:
                 continue
-            by_statistic: dict[Statistic, dict[str, dict[tuple[str, int], float]]] = {}
+            by_statistic: dict[Statistic, dict[str, dict[Pair, float]]] = {}
             for column in ours.table(name):
-                statistic = column.statistics[measure_name]
                 for method in [d.proposed, *rivals]:
-                    if method in d.rows(name) and (seeds := ours.seeds.get((method, column.key, measure_name))):
-                        by_statistic.setdefault(statistic, {}).setdefault(method, {}).update(seeds)
+                    key = (method, column.key, measure_name)
+                    if method in d.rows(name) and (seeds := ours.seeds.get(key)):
+                        least = ours.bounds.get(key, {})
+                        by_statistic.setdefault(column.statistics[measure_name], {}).setdefault(method, {}).update(
+                            {p: least.get(p, v) if math.isinf(v) else v for p, v in seeds.items()})
             for statistic, values in by_statistic.items():
-                mine = {p: v for p, v in values.pop(d.proposed, {}).items() if math.isfinite(v)}
-                scored = {m: sum(v[p] for p in shared) / len(shared) for m, v in values.items()
-                          if (shared := [p for p in mine if p in v and math.isfinite(v[p])])}
-                if not mine or not scored:
-                    continue
-                rival = strongest(scored, statistic.higher_is_better)
-                pairs = sorted(p for p in mine if p in values[rival] and math.isfinite(values[rival][p]))
-                found = compare(rival, pairs, [measure.scale * mine[p] for p in pairs],
-                                [measure.scale * values[rival][p] for p in pairs])
-                noise = sample_std(found.differences) if len(pairs) > 1 else None
-                rows.append([table.title, measure.label, f"`{statistic.name}`",
-                             f"{d.label(d.proposed)} vs {d.label(rival)}", str(len(pairs)),
-                             _signed(mean(found.differences), measure.digits), _fmt(noise, measure.digits),
-                             _fmt(found.detectable, measure.digits)])
+                mine = values.pop(d.proposed, {})
+                found = headline({p: measure.scale * v for p, v in mine.items()},
+                                 {m: {p: measure.scale * v for p, v in vs.items()} for m, vs in values.items()},
+                                 statistic.higher_is_better)
+                if found is not None:
+                    rows.append([table.title, measure.label, f"`{statistic.name}`",
+                                 f"{d.label(d.proposed)} vs {d.label(found.rival)}", str(found.pairs),
+                                 f"{found.difference:+.{measure.digits}f}", _fmt(found.spread, measure.digits),
+                                 _fmt(found.detectable, measure.digits)])
     return "\n\n".join([
         "## The headline comparison",
         f"In each table that prints {d.label(d.proposed)}, per ranked measure: {d.label(d.proposed)} against its "
-        "strongest rival there (the other row, not a variant of it, with the best mean of ours over the (setting, "
-        "seed) pairs both have), paired on those pairs: the mean **difference** (ours − rival, in the measure's "
-        "units; a rounds-to-target measure is better lower), its **pair noise** (the sample std of the per-pair "
-        f"differences) and the smallest mean difference the paired t-test detects with power {POWER:g} at α = "
-        f"{ALPHA:g} with that noise over these pairs. Rows whose value is not finite are left out.",
-        markdown_table(["table", "measure", "statistic", "comparison", "pairs", "difference", "pair noise",
+        "strongest rival there (the other row, not one that runs the same algorithm, with the best mean of ours over "
+        "the (setting, seed) pairs both have), paired on those pairs: the mean **difference** (ours − rival, in the "
+        "measure's units; a rounds-to-target measure is better lower), the **spread** of the per-pair differences "
+        "(their sample std over every pair, where the table above pools it within settings) and the smallest mean "
+        f"difference the paired t-test detects with power {POWER:g} at α = {ALPHA:g} with that spread over these "
+        "pairs. A run that never reached a rounds-to-target statistic's target counts as its rounds + 1, the least "
+        "its value can be; a pair with a value that is still not finite is left out.",
+        markdown_table(["table", "measure", "statistic", "comparison", "pairs", "difference", "spread",
                         f"detectable (power {POWER:g})"], rows) if rows else
         f"No table has per-seed values of {d.label(d.proposed)} and a rival."])
 
 
-def strongest(means: dict[str, float], higher: bool) -> str:
-    """The method with the best mean (the highest, or the lowest where fewer is better); the first on a tie."""
-    return max(means, key=lambda m: means[m] if higher else -means[m])
-
-
-def _signed(value: float, digits: int) -> str:
-    return "—" if math.isnan(value) else f"{value:+.{digits}f}"
+def _algorithm(suite: Suite, method: str) -> str:
+    """The algorithm a row runs (its entry's ``name``, defaulting to its key; a row the suite does not run: its key)."""
+    entry = suite.params.methods.get(method)
+    return method if entry is None else entry.name or method
 
 
 def mechanism_section(suite: Suite, runs: dict[RunKey, RunRecord]) -> str:
