@@ -15,7 +15,7 @@ from pydantic import ValidationError
 from bench.cli import main
 from bench.errors import BenchError
 from bench.report.paper_report import Headline, headline, headline_section, strongest
-from bench.suites import load_suite
+from bench.suites import Method, load_suite
 from bench.suites.paper import Claim, Paper, PaperDefinition, Results, claim
 from bench.suites.plugins import PAPERS
 from bench.suites.verdicts import detectable_difference
@@ -225,8 +225,7 @@ def test_headline_pairs_the_proposed_method_with_its_rival_on_the_pairs_both_hav
 
 def test_headline_rival_never_runs_the_proposed_algorithm(definition: PaperDefinition) -> None:
     """With FedProx's row running FedAvg's algorithm (a variant of the proposed FedAvg), Standalone is the rival."""
-    entries = {"fedavg": SimpleNamespace(name=None), "fedprox": SimpleNamespace(name="fedavg"),
-               "standalone": SimpleNamespace(name=None)}
+    entries = {"fedavg": Method(), "fedprox": Method(name="fedavg"), "standalone": Method()}
     suite = SimpleNamespace(paper=SimpleNamespace(definition=definition), params=SimpleNamespace(methods=entries))
     seeds = {("fedavg", "iid", "max"): {("iid", 0): 0.9, ("iid", 1): 0.9},
              ("fedprox", "iid", "max"): {("iid", 0): 0.95, ("iid", 1): 0.95},
@@ -235,7 +234,7 @@ def test_headline_rival_never_runs_the_proposed_algorithm(definition: PaperDefin
                    {k: sum(v.values()) / 2 for k, v in seeds.items()}, seeds)
     section = headline_section(suite, ours)  # type: ignore[arg-type]  # the two attributes it reads
     assert "| Table 1 | Max | `final_clientmax_local_acc` | FedAvg vs Standalone | 2 | +10.00 | 0.00 | 0.00 |" in section
-    entries["fedprox"] = SimpleNamespace(name="fedprox")
+    entries["fedprox"] = Method(name="fedprox")
     assert "FedAvg vs FedProx | 2 | -5.00 |" in headline_section(suite, ours)  # type: ignore[arg-type]
 
 

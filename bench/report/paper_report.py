@@ -39,7 +39,7 @@ REFERENCE = "fedavg"  # per-round times are reported as ratios to this algorithm
 
 def reference_method(suite: Suite) -> str | None:
     """The first method running the reference algorithm (a method's algorithm name defaults to its key)."""
-    return next((m for m, entry in suite.params.methods.items() if (entry.name or m) == REFERENCE), None)
+    return next((m for m, entry in suite.params.methods.items() if entry.algorithm_name(m) == REFERENCE), None)
 
 
 def seed_values(suite: Suite, runs: dict[RunKey, RunRecord],
@@ -258,21 +258,15 @@ def detection_section(d: PaperDefinition, ours: Results) -> str:
     rows = []
     for name, table in d.tables.items():
         for measure_name, measure in table.measures.items():
-            by_statistic: dict[str, dict[str, dict[tuple[str, int], float]]] = {}
-            for column in ours.table(name):
-                statistic = column.statistics[measure_name].name
-                for method in d.rows(name):
-                    if (seeds := ours.seeds.get((method, column.key, measure_name))) is not None:
-                        by_statistic.setdefault(statistic, {}).setdefault(method, {}).update(seeds)
-            for statistic, values in by_statistic.items():
+            for statistic, values in table_values(d, ours, name, measure_name).items():
                 widest = max(len(v) for v in values.values())
                 kept = {m: v for m, v in values.items() if len(v) == widest and all(map(math.isfinite, v.values()))}
                 pairs = sorted(next(iter(values.values())))
-                label = [table.title, measure.label, f"`{statistic}`", str(len({s for _, s in pairs}))]
+                label = [table.title, measure.label, f"`{statistic.name}`", str(len({s for _, s in pairs}))]
                 if len(kept) < 2:
                     rows.append(label + [str(len(kept)), str(widest), "—", "—"])
                     continue
-                found = sensitivity(statistic, kept)
+                found = sensitivity(statistic.name, kept)
                 rows.append(label + [str(found.methods), str(found.pairs),
                                      _fmt(measure.scale * found.pair_noise, measure.digits),
                                      _fmt(None if found.detectable is None else measure.scale * found.detectable,
@@ -333,7 +327,6 @@ def headline_section(suite: Suite, ours: Results) -> str:
     assert suite.paper is not None, "a paper's report needs the suite's paper"
     d = suite.paper.definition
     algorithm = _algorithm(suite, d.proposed)
-    rivals = [m for m in d.methods if m != d.proposed and _algorithm(suite, m) != algorithm]
     rows = []
     for name, table in d.tables.items():
         if d.proposed not in d.rows(name):
@@ -341,18 +334,11 @@ def headline_section(suite: Suite, ours: Results) -> str:
         for measure_name, measure in table.measures.items():
             if not measure.ranked:
                 continue
-            by_statistic: dict[Statistic, dict[str, dict[Pair, float]]] = {}
-            for column in ours.table(name):
-                for method in [d.proposed, *rivals]:
-                    key = (method, column.key, measure_name)
-                    if method in d.rows(name) and (seeds := ours.seeds.get(key)):
-                        least = ours.bounds.get(key, {})
-                        by_statistic.setdefault(column.statistics[measure_name], {}).setdefault(method, {}).update(
-                            {p: least.get(p, v) if math.isinf(v) else v for p, v in seeds.items()})
-            for statistic, values in by_statistic.items():
+            for statistic, values in table_values(d, ours, name, measure_name, bounded=True).items():
                 mine = values.pop(d.proposed, {})
                 found = headline({p: measure.scale * v for p, v in mine.items()},
-                                 {m: {p: measure.scale * v for p, v in vs.items()} for m, vs in values.items()},
+                                 {m: {p: measure.scale * v for p, v in vs.items()} for m, vs in values.items()
+                                  if _algorithm(suite, m) != algorithm},
                                  statistic.higher_is_better)
                 if found is not None:
                     rows.append([table.title, measure.label, f"`{statistic.name}`",
@@ -374,10 +360,25 @@ def headline_section(suite: Suite, ours: Results) -> str:
         f"No table has per-seed values of {d.label(d.proposed)} and a rival."])
 
 
+def table_values(d: PaperDefinition, ours: Results, table: str, measure: str,
+                 bounded: bool = False) -> dict[Statistic, dict[str, dict[Pair, float]]]:
+    """Per statistic of the table's columns for ``measure``, each of its rows' value of ours on every (setting, seed)
+    pair of those columns; ``bounded``: a run that never reached a rounds-to-target statistic's target (inf) counts
+    as its bound, the least its value can be (:attr:`Results.bounds`)."""
+    found: dict[Statistic, dict[str, dict[Pair, float]]] = {}
+    for column in ours.table(table):
+        for method in d.rows(table):
+            if (seeds := ours.seeds.get(key := (method, column.key, measure))) is not None:
+                least = ours.bounds.get(key, {}) if bounded else {}
+                found.setdefault(column.statistics[measure], {}).setdefault(method, {}).update(
+                    {p: least.get(p, v) if math.isinf(v) else v for p, v in seeds.items()})
+    return found
+
+
 def _algorithm(suite: Suite, method: str) -> str:
-    """The algorithm a row runs (its entry's ``name``, defaulting to its key; a row the suite does not run: its key)."""
+    """The algorithm a row runs (a row the suite does not run: its key)."""
     entry = suite.params.methods.get(method)
-    return method if entry is None else entry.name or method
+    return method if entry is None else entry.algorithm_name(method)
 
 
 def mechanism_section(suite: Suite, runs: dict[RunKey, RunRecord]) -> str:

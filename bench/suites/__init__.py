@@ -129,9 +129,13 @@ class Method(BaseModel):
             raise ValueError("config.algorithm: put the algorithm's keys beside `name`, not under `config`")
         return self
 
+    def algorithm_name(self, key: str) -> str:
+        """The algorithm this entry runs: its ``name``, defaulting to its key in ``methods``."""
+        return self.name or key
+
     def algorithm(self, key: str, setting: str | None = None) -> dict[str, Any]:
         specific = {k: v for k, v in self.per_setting.get(setting or "", {}).items() if k != "config"}
-        return {**(self.model_extra or {}), **specific, "name": self.name or key}
+        return {**(self.model_extra or {}), **specific, "name": self.algorithm_name(key)}
 
     def overlay(self, setting: str) -> dict[str, Any]:
         """The method's config overlay on ``setting``: its ``config``, then that setting's ``per_setting`` one."""
