@@ -593,6 +593,57 @@ def test_paper_local_update_losses_by_hand_eq9_and_eq3(sharing: str) -> None:
 
 
 @pytest.mark.parametrize("sharing", ["shared", "separate"])
+def test_joint_forwards_pass_the_real_and_the_generated_batch_as_one(sharing: str) -> None:
+    """``real_fake_forward: joint``: the classifier step's extractor (or D_k) sees [x; x̂] in one forward and the
+    generator step [x; G(z)], its Eq. 3 on the generated part only; without BatchNorm the losses are those of
+    separate forwards (the test above)."""
+    gan, calls = released_gan(2, LocalGAN, mode="paper", sharing=sharing, real_fake_forward="joint")
+    if sharing == "separate":
+        gan.separate, gan.model.domain_logit = SeparateDiagonal(), None
+    ce = (softplus(-1) + softplus(-2)) / 2
+    adv = (softplus(-1) + softplus(1) + softplus(0) + softplus(1)) / 4
+    rng = torch.Generator()
+    assert gan.classifier_loss(Step(2, 0, rng), 0, X, Y).item() == pytest.approx(ce + adv, rel=1e-6)
+    assert gan.model.inputs[0].tolist() == torch.cat([X, FAKE]).tolist()  # one forward of both batches
+    assert len(gan.model.inputs) == 1
+    assert gan.generator_objective(Step(2, 1, rng), (X, Y)).item() == pytest.approx((softplus(0) + softplus(-1)) / 2,
+                                                                                 rel=1e-6)
+    if sharing == "shared":
+        assert gan.model.inputs[1].tolist() == torch.cat([X, FAKE]).tolist()
+    assert gan.real_out[-1].item() == pytest.approx(0.5)
+
+
+class NormalisedDomain(torch.nn.Module):
+    """An extractor that is one train-mode BatchNorm (no affine), with the domain head ℓ(f) = f₁."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.norm = torch.nn.BatchNorm1d(2, affine=False)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        features = self.norm(x)
+        return features, features
+
+    def domain_logit(self, features: torch.Tensor) -> torch.Tensor:
+        return features[:, 0]
+
+
+def test_separate_forwards_hide_a_shift_between_real_and_generated_samples_from_the_shared_head() -> None:
+    """Why α̂ stays uniform on the proxy (README): in separate train-mode forwards each batch is normalised by its own
+    statistics, so generated samples 10 units away from the real ones give the head the same ℓ; in one joint forward
+    the head sees the shift."""
+    real, fake = torch.tensor([[1.0, 0.0], [3.0, 1.0]]), torch.tensor([[11.0, 0.0], [13.0, 1.0]])
+    for forward in ("separate", "joint"):
+        gan, _ = released_gan(2, LocalGAN, mode="paper", real_fake_forward=forward)
+        gan.model = NormalisedDomain().train()
+        _, _, real_logit, fake_logit = gan.real_and_fake(real, fake)
+        if forward == "separate":
+            assert real_logit.tolist() == pytest.approx(fake_logit.tolist())  # the head cannot tell them apart
+        else:
+            assert (real_logit < 0).all() and (fake_logit > 0).all()
+
+
+@pytest.mark.parametrize("sharing", ["shared", "separate"])
 def test_the_upload_carries_g_k_d_k_and_the_mean_diagnostics(sharing: str) -> None:
     """A client uploads G_k's state, D_k's (DaFKD^no-sharing; else none), the means of its recorded discriminator
     outputs on real and fake samples and of its generator losses (NaN when the generator took no step)."""

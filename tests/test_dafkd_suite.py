@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from bench.algorithms.dafkd import DaFKDParams
 from bench.algorithms.fedgen import FedGenParams
 from bench.suites import load_suite
 from bench.suites.plugins import import_paper_module
@@ -110,6 +111,12 @@ def test_fedgens_new_parameter_stays_out_of_pinned_configs() -> None:
     assert FedGenParams(generator="embed").model_dump(mode="json")["generator"] == "embed"
 
 
+def test_dafkds_new_reading_stays_out_of_pinned_configs() -> None:
+    """A29's switch is left out of the resolved config at its default (the pinned runs' configs stay the same)."""
+    assert "real_fake_forward" not in DaFKDParams().model_dump(mode="json")
+    assert DaFKDParams(real_fake_forward="joint").model_dump(mode="json")["real_fake_forward"] == "joint"
+
+
 def test_smoke_profile_dvc_repro_end_to_end(tmp_path: Path) -> None:
     """pipelines/dafkd/dvc.yaml at the smoke profile in a scratch copy of the project: partitions, every method,
     the paper report (tables, figures, claims), then pin and `dvc repro` again: the compare stage passes."""
@@ -148,6 +155,12 @@ def test_smoke_profile_dvc_repro_end_to_end(tmp_path: Path) -> None:
     assert {m for m, _, _ in rows} == {"α̂ weights the clients by domain", "the generated samples span the classes"}
     # two rounds on fabricated data: α̂ stays uniform (entropy log K) and the generator names one class or two
     assert {status.strip() for _, _, status in rows} == {"**inert**"}, rows
+    # beside α̂'s entropy, the records that say why it stands there: the discriminators' mean outputs on real and
+    # generated samples (Mechanism.beside), per seed
+    beside = re.findall(r"^\| DaFKD \| \S+ \| α̂ weights the clients by domain \| `(d_real|d_fake)` \| ([^|]+) \|$",
+                        paper, re.M)
+    assert {name for name, _ in beside} == {"d_real", "d_fake"}, beside
+    assert all(0 < float(value) < 1 for _, values in beside for value in values.split(";"))
     verdicts = dict(judged)
     assert verdicts["Ablation: sharing consistently costs fewer rounds (Table 3b: DaFKD < DaFKD^no-sharing)"] == \
         "not measured"  # rests on no mechanism

@@ -11,7 +11,8 @@ with x̂ = G_k(z), z ~ N(0, I) (B fake samples, detached), f = σ(h_d(φ(·))):
     (3)  min_{G_k}  −mean_z log f(G_k(z))          (non-saturating, [C], A7)
 
 then one generator step on fresh noise (the discriminator's gradients are not kept), and uploads φ, h_c,
-h_d^k and G_k. The real and fake batches pass the extractor separately (§7, BatchNorm).
+h_d^k and G_k. The real and fake batches pass the extractor separately (§7, BatchNorm; A29:
+``real_fake_forward: joint`` passes them as one batch).
 
 Server: ŵ = Σ ω_k w_k (Eq. 6), θ^g = Σ ω_k θ_k^g (Eq. 4), ω_k = n_k/Σn (A12; ``weighting: uniform`` 1/K_t),
 BatchNorm buffers included; D̂^g = ``distill_batches`` batches of G(z) with fresh noise, G in train mode
@@ -108,6 +109,12 @@ class DaFKDParams(ModeParams, ServerBNParams):
     generator_weight_decay: float = Field(1e-3, ge=0)
     generator_amsgrad: bool = True
     gen_loss: Literal["non_saturating", "saturating"] = Field("non_saturating", description="Eq. 3 as [C], or literal")
+    real_fake_forward: Literal["separate", "joint"] = Field(
+        "separate", exclude_if=lambda v: v == "separate", description="how the real and the generated batch pass the extractor in the client's steps: "
+        "in separate forwards (§7, as the released code does; in train mode each batch is normalised by its own "
+        "BatchNorm statistics) or as one batch (shared statistics; the classifier's forward then includes the "
+        "generated samples). The paper is silent (A29). Left out of a resolved config at its default, so the "
+        "configs pinned before it existed stay the same")
     temperature: float = Field(20.0, gt=0, description="τ of the distillation (A4)")
     distill_lr: float = Field(1e-2, gt=0, description="Adam learning rate of the server distillation")
     distill_batches: int = Field(40, ge=1, description="generated batches per round (A5: 40 × 32 = 1,280 samples)")
@@ -239,7 +246,8 @@ def class_coverage(teacher: torch.Tensor) -> float:
 DOMAIN_WEIGHTS = Mechanism(
     "α̂ weights the clients by domain", "alpha_entropy", "alpha_entropy_uniform", "below", 0.05, relative=True,
     why="α̂'s entropy at log K_t is the uniform weighting of DaFKD^no-correlation; 5 % below it is the least we read "
-        "as weights that tell the samples' domains apart")
+        "as weights that tell the samples' domains apart",
+    beside=("d_real", "d_fake"))  # discriminators that call real and generated samples alike (0.5) give uniform α̂
 GENERATED_CLASSES = Mechanism(
     "the generated samples span the classes", "gen_coverage", 0.0, "above", 0.5,
     why="distilling on samples the teacher assigns to one class transfers nothing about the others; an effective "
@@ -365,21 +373,36 @@ class LocalGAN:
             return self.separate(x)[1].squeeze(1)
         return self.model.domain_logit(self.model(x)[0] if features is None else features)  # type: ignore[operator]  # torch: Module attributes are Tensor | Module
 
+    def real_and_fake(self, x: torch.Tensor, fake: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor,
+                                                                          torch.Tensor]:
+        """φ(x), h_c(φ(x)), ℓ(x) and ℓ(x̂): the two batches in separate forwards, or (``real_fake_forward: joint``)
+        as one batch, so that train-mode BatchNorm normalises them with the same statistics."""
+        if self.params.real_fake_forward == "separate":
+            features, logits = self.model(x)
+            return features, logits, self.domain_logit(x, features), self.domain_logit(fake)
+        both = torch.cat([x, fake])
+        features, logits = self.model(both)
+        domain = self.domain_logit(both, features)
+        n = len(x)
+        return features[:n], logits[:n], domain[:n], domain[n:]
+
     def classifier_loss(self, step: Step, epoch: int, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """Eq. 9: CE(h_c(φ(x)), y) + L_adv (Eq. 2) on x and x̂ = G_k(z) (detached)."""
         assert step.rng is not None
         with torch.no_grad():
             fake = self.sample(self.generator, len(x), step.rng)
-        features, logits = self.model(x)
-        real_logit, fake_logit = self.domain_logit(x, features), self.domain_logit(fake)
+        _, logits, real_logit, fake_logit = self.real_and_fake(x, fake)
         self.record(real_logit, fake_logit)
         return F.cross_entropy(logits, y) + adversarial_loss(real_logit, fake_logit, self.params.adv_loss)
 
     def generator_objective(self, step: Step, batch: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
-        """Eq. 3 on B fresh fake samples."""
+        """Eq. 3 on B fresh fake samples (``real_fake_forward: joint``: passed with the real batch as one)."""
         assert step.rng is not None
-        return generator_loss(self.domain_logit(self.sample(self.generator, len(batch[1]), step.rng)),
-                              self.params.gen_loss)
+        fake = self.sample(self.generator, len(batch[1]), step.rng)
+        if self.params.real_fake_forward == "separate":
+            return generator_loss(self.domain_logit(fake), self.params.gen_loss)
+        x = batch[0]
+        return generator_loss(self.domain_logit(torch.cat([x, fake]))[len(x):], self.params.gen_loss)
 
     def generator_trains(self, epoch: int) -> bool:
         """Whether G_k takes its step after each classifier step of ``epoch``: always, in the paper."""
@@ -435,9 +458,8 @@ class ReleasedLocalGAN(LocalGAN):
         p = self.params
         with torch.no_grad():
             fake = self.sample(self.generator, len(x), step.rng)
-        features, logits = self.model(x)
+        _, logits, real_logit, fake_logit = self.real_and_fake(x, fake)
         loss = F.cross_entropy(logits, y)
-        real_logit, fake_logit = self.domain_logit(x, features), self.domain_logit(fake)
         penalty = (gradient_penalty(self.domain_logit, x, fake, torch.rand(len(x), generator=step.rng).to(x.device),
                                     p.gradient_penalty) if p.gradient_penalty else None)
         if self.adversarial(epoch):

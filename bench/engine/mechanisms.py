@@ -19,7 +19,9 @@ class Mechanism:
     values are averaged over the clients); ``inert``: the diagnostic's value when the mechanism does nothing — a
     number, or the name of a per-round record holding it (chance 1/N, log K); it is active when the diagnostic lies
     beyond ``margin`` on the ``active`` side of that value (``relative``: ``margin`` in units of the inert value).
-    ``why``: the reading behind the margin."""
+    ``why``: the reading behind the margin; ``beside``: other per-round records of the run that the report prints
+    beside the diagnostic, because they show why it stands where it does (e.g. the discriminators' outputs behind a
+    weighting that stays uniform)."""
 
     name: str
     metric: str
@@ -28,6 +30,7 @@ class Mechanism:
     margin: float
     relative: bool = False
     why: str = ""
+    beside: tuple[str, ...] = ()
 
     def threshold(self, inert: float) -> float:
         """The value the diagnostic must pass (above or below) to count as active."""

@@ -18,7 +18,7 @@ from bench.suites import Suite
 from bench.config import ExperimentConfig
 from bench.suites.paper import TIME_RATIO, BandCell, Figure, Measure, Paper, PaperDefinition, ReportColumn, Results, \
     Section, Trace, band_cells
-from bench.suites.mechanisms import mechanism_cells, statuses
+from bench.suites.mechanisms import MechanismCell, mechanism_cells, statuses
 from bench.suites.statistics import Statistic, aggregate
 from bench.suites.verdicts import ALPHA, POWER, detectable_difference, mean, sample_std
 
@@ -400,7 +400,19 @@ def mechanism_section(suite: Suite, runs: dict[RunKey, RunRecord]) -> str:
         "mechanism reads *not exercised*."
         + ("" if cells else " No method of this suite declares a mechanism."),
         *([markdown_table(["method", "setting", "mechanism", "active when", "per seed: diagnostic (inert)",
-                           "status"], rows)] if rows else [])])
+                           "status"], rows)] if rows else []),
+        *beside_table(d, cells)])
+
+
+def beside_table(d: PaperDefinition, cells: list[MechanismCell]) -> list[str]:
+    """The records a mechanism names to show why its diagnostic stands where it does (``Mechanism.beside``): per
+    method, setting and record, each seed's mean over the run's rounds; nothing when no cell has one."""
+    rows = [[d.label(c.method), c.setting, c.mechanism.name, f"`{name}`",
+             "; ".join(f"{v:.3g}" for _, v in sorted(means.items()))]
+            for c in cells for name, means in c.beside.items()]
+    return ["What the runs recorded beside those diagnostics (each mechanism names these records in its declaration, "
+            "because they show why its diagnostic stands where it does): per seed, the mean over the run's rounds.",
+            markdown_table(["method", "setting", "mechanism", "record", "per seed"], rows)] if rows else []
 
 
 def claims_section(paper: Paper, ours: Results, printed: Results) -> str:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from bench.algorithms import get_algorithm
 from bench.engine.mechanisms import Mechanism
@@ -21,13 +21,15 @@ from bench.suites.statistics import Records
 
 @dataclass(frozen=True)
 class MechanismCell:
-    """One mechanism of one method on one setting: per seed, the run's mean diagnostic and inert value."""
+    """One mechanism of one method on one setting: per seed, the run's mean diagnostic and inert value, and the mean of
+    each record the mechanism names ``beside`` it (record → seed → mean, for the seeds that recorded it)."""
 
     method: str
     setting: str
     mechanism: Mechanism
     values: dict[int, float]
     inert: dict[int, float]
+    beside: dict[str, dict[int, float]] = field(default_factory=dict)
 
     @property
     def status(self) -> MechanismStatus:
@@ -59,6 +61,7 @@ def mechanism_cells(suite: SuiteView, runs: Mapping[RunKey, FinishedRun]) -> lis
         for setting in (s for s in suite.settings if suite.runs_on(method, s)):
             for mechanism in declared(suite, method, setting):
                 values, inert = {}, {}
+                beside: dict[str, dict[int, float]] = {name: {} for name in mechanism.beside}
                 for seed in suite.seeds:
                     run = runs.get((method, setting, seed))
                     value = None if run is None else run_mean(run.records, mechanism.metric)
@@ -66,7 +69,11 @@ def mechanism_cells(suite: SuiteView, runs: Mapping[RunKey, FinishedRun]) -> lis
                                  else run_mean(run.records, mechanism.inert))
                     if value is not None and isinstance(reference, float | int):
                         values[seed], inert[seed] = value, float(reference)
-                cells.append(MechanismCell(method, setting, mechanism, values, inert))
+                    for name in mechanism.beside:
+                        if run is not None and (mean := run_mean(run.records, name)) is not None:
+                            beside[name][seed] = mean
+                cells.append(MechanismCell(method, setting, mechanism, values, inert,
+                                           {name: means for name, means in beside.items() if means}))
     return cells
 
 
