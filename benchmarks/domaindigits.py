@@ -55,7 +55,7 @@ PROXIES: dict[str, tuple[str, str, dict[str, Any]]] = {
     "fedakd": ("pipelines/fedakd/params.yaml", "ics5", {}),
     "fedhkd": ("pipelines/fedhkd/params.yaml", "m10", {}),
 }
-SHAPES = {"28": ("domaindigits28", (1, 28, 28)), "32": ("domaindigits32", (3, 32, 32))}
+SHAPES = {"28": ("domaindigits28", (1, 28, 28)), "32": ("domaindigits32", (3, 32, 32)), "8": ("domaindigits8", (1, 8, 8))}
 
 
 def dataset_name(shape: str, num_train: int | None) -> str:

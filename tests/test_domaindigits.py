@@ -16,13 +16,15 @@ from bench.report.dataset_plots import plot_domain_samples, sample_grid
 
 # Small variants (their splits are prefixes of the registered ones), registered once for these tests
 SMALL = {"28": dd.register_domain_digits("domaindigits28-test", (1, 28, 28), 200, 100),
-         "32": dd.register_domain_digits("domaindigits32-test", (3, 32, 32), 200, 100)}
+         "32": dd.register_domain_digits("domaindigits32-test", (3, 32, 32), 200, 100),
+         "8": dd.register_domain_digits("domaindigits8-test", (1, 8, 8), 200, 100)}
 # The sha256 of the small builds' image arrays at VERSION. A change of the generator (or of the locked
 # Pillow, FreeType, matplotlib fonts or scikit-learn it renders with) changes them: bump VERSION, then
 # update these pins.
 PINNED = {"version": "1",
           "domaindigits28-test": "35ad636c24ed60b16f27823b0f97ba0ea4a92382fb02a21c162105b915ca2258",
-          "domaindigits32-test": "bf2c0f723385ff34a80f15973f92da619d59cf7fcaf595cca2d9a1666edf5563"}
+          "domaindigits32-test": "bf2c0f723385ff34a80f15973f92da619d59cf7fcaf595cca2d9a1666edf5563",
+          "domaindigits8-test": "623ca7c5374201fe648b82bba731d2b80dbc9936c27b4f29ae9e0b0749538f70"}
 
 
 @pytest.fixture(scope="module")
@@ -31,17 +33,18 @@ def small(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return {shape: prepare_dataset(spec.name, root) for shape, spec in SMALL.items()}
 
 
-def test_registered_variants_have_the_papers_shapes():
+def test_registered_variants_have_the_papers_shapes_and_the_proxies_8x8():
     assert get_dataset_spec("domaindigits28").image_shape == (1, 28, 28)
     assert get_dataset_spec("domaindigits32").image_shape == (3, 32, 32)
-    for name in ("domaindigits28", "domaindigits32"):
+    assert get_dataset_spec("domaindigits8").image_shape == (1, 8, 8)  # the CPU proxies' digits size
+    for name in ("domaindigits28", "domaindigits32", "domaindigits8"):
         spec = get_dataset_spec(name)
         assert (spec.num_train, spec.num_test, spec.num_classes, spec.embedded) == (12_000, 3_000, 10, True)
         # 10 clients with 20 % local test each hold >= 100 local test images on an equal split
         assert spec.num_train // 10 * 0.2 >= 100
 
 
-@pytest.mark.parametrize("shape", ["28", "32"])
+@pytest.mark.parametrize("shape", ["28", "32", "8"])
 def test_shapes_dtypes_and_balanced_domains(small, shape):
     data = load_dataset(SMALL[shape].name, small[shape].parent.parent)
     c, h, w = SMALL[shape].image_shape
@@ -59,7 +62,7 @@ def test_shapes_dtypes_and_balanced_domains(small, shape):
     assert data.train_x.std() > 20  # not blank
 
 
-@pytest.mark.parametrize("shape", ["28", "32"])
+@pytest.mark.parametrize("shape", ["28", "32", "8"])
 def test_prepared_twice_byte_identical(small, shape, tmp_path):
     again = prepare_dataset(SMALL[shape].name, tmp_path)
     first = sorted(p.name for p in small[shape].iterdir())
@@ -69,7 +72,7 @@ def test_prepared_twice_byte_identical(small, shape, tmp_path):
         assert (small[shape] / name).read_bytes() == (again / name).read_bytes(), name
 
 
-@pytest.mark.parametrize("shape", ["28", "32"])
+@pytest.mark.parametrize("shape", ["28", "32", "8"])
 def test_generator_output_pinned_to_its_version(small, shape):
     manifest = json.loads((small[shape] / "manifest.json").read_text())
     assert (dd.VERSION, manifest["arrays"]["train_x"]["sha256"]) == (PINNED["version"], PINNED[SMALL[shape].name]), \
