@@ -558,7 +558,12 @@ class SeparateDiagonal(torch.nn.Module):
     """A separate discriminator D_k (DaFKD^no-sharing) as the project's return it: (features, logits (B, 1)), with
     ℓ(x) = x₁ − x₂."""
 
+    def __init__(self) -> None:
+        super().__init__()
+        self.inputs: list[torch.Tensor] = []  # what each forward received
+
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        self.inputs.append(x.detach().clone())
         return x, (x[:, 0] - x[:, 1]).unsqueeze(1)
 
 
@@ -604,13 +609,15 @@ def test_joint_forwards_pass_the_real_and_the_generated_batch_as_one(sharing: st
     adv = (softplus(-1) + softplus(1) + softplus(0) + softplus(1)) / 4
     rng = torch.Generator()
     assert gan.classifier_loss(Step(2, 0, rng), 0, X, Y).item() == pytest.approx(ce + adv, rel=1e-6)
-    assert gan.model.inputs[0].tolist() == torch.cat([X, FAKE]).tolist()  # one forward of both batches
-    assert len(gan.model.inputs) == 1
     assert gan.generator_objective(Step(2, 1, rng), (X, Y)).item() == pytest.approx((softplus(0) + softplus(-1)) / 2,
                                                                                  rel=1e-6)
-    if sharing == "shared":
-        assert gan.model.inputs[1].tolist() == torch.cat([X, FAKE]).tolist()
-    assert gan.real_out[-1].item() == pytest.approx(0.5)
+    both = torch.cat([X, FAKE]).tolist()
+    if sharing == "shared":  # the extractor: one forward of both batches in each step
+        assert [s.tolist() for s in gan.model.inputs] == [both, both]
+    else:  # D_k sees both batches as one in each step; the classifier, which gives no ℓ, the real batch alone
+        assert [s.tolist() for s in gan.separate.inputs] == [both, both]
+        assert [s.tolist() for s in gan.model.inputs] == [X.tolist()]
+    assert calls == [rng, rng] and gan.real_out[-1].item() == pytest.approx(0.5)
 
 
 class NormalisedDomain(torch.nn.Module):
@@ -636,7 +643,7 @@ def test_separate_forwards_hide_a_shift_between_real_and_generated_samples_from_
     for forward in ("separate", "joint"):
         gan, _ = released_gan(2, LocalGAN, mode="paper", real_fake_forward=forward)
         gan.model = NormalisedDomain().train()
-        _, _, real_logit, fake_logit = gan.real_and_fake(real, fake)
+        _, real_logit, fake_logit = gan.real_and_fake(real, fake)
         if forward == "separate":
             assert real_logit.tolist() == pytest.approx(fake_logit.tolist())  # the head cannot tell them apart
         else:

@@ -14,7 +14,8 @@ import pytest
 from bench.algorithms import dafkd, fedal, fedftg, fedgen, fedhkd, get_algorithm
 from bench.engine.mechanisms import Mechanism
 from bench.runner.federation import run_federation
-from bench.suites.mechanisms import MechanismCell, run_mean
+from bench.suites.mechanisms import MechanismCell, run_mean, seed_means
+from bench.suites.paper import FinishedRun
 from bench.suites.statistics import Records
 from tests.test_communication import CASES
 
@@ -73,3 +74,19 @@ def test_a_run_without_the_diagnostic_reads_as_not_recorded() -> None:
     assert run_mean(pinned_like, "disc_acc") is None
     recorded = Records.from_csv("round,metric,client,value\n1,disc_acc,,0.2\n2,disc_acc,,0.4\n", "x")
     assert run_mean(recorded, "disc_acc") == pytest.approx(0.3)
+
+
+class Run:
+    """A finished run (:class:`bench.suites.paper.FinishedRun`) of which the mechanism table reads the records."""
+
+    def __init__(self, csv: str) -> None:
+        self.run_dir, self.seconds_per_round = Path("x"), 1.0
+        self.records = Records.from_csv("round,metric,client,value\n" + csv, "x")
+
+
+def test_the_records_beside_a_diagnostic_are_each_seeds_mean_where_recorded() -> None:
+    """``Mechanism.beside``: per record, each seed's mean over its rounds, keyed by seed; a seed whose run is missing or
+    did not record it is absent (not shifted onto another seed), and a record no run has is left out."""
+    runs: dict[int, FinishedRun | None] = {0: Run("1,d_real,,0.5\n2,d_real,,0.7\n1,d_fake,,0.25\n"), 1: None, 2: Run("1,d_real,,0.9\n")}
+    assert seed_means(runs, ("d_real", "d_fake", "g_loss")) == {"d_real": {0: pytest.approx(0.6), 2: 0.9},
+                                                                "d_fake": {0: 0.25}}

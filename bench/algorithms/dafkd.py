@@ -110,11 +110,13 @@ class DaFKDParams(ModeParams, ServerBNParams):
     generator_amsgrad: bool = True
     gen_loss: Literal["non_saturating", "saturating"] = Field("non_saturating", description="Eq. 3 as [C], or literal")
     real_fake_forward: Literal["separate", "joint"] = Field(
-        "separate", exclude_if=lambda v: v == "separate", description="how the real and the generated batch pass the extractor in the client's steps: "
-        "in separate forwards (§7, as the released code does; in train mode each batch is normalised by its own "
-        "BatchNorm statistics) or as one batch (shared statistics; the classifier's forward then includes the "
-        "generated samples). The paper is silent (A29). Left out of a resolved config at its default, so the "
-        "configs pinned before it existed stay the same")
+        "separate", exclude_if=lambda v: v == "separate",
+        description="how the real and the generated batch pass the network that gives ℓ (the shared extractor, or "
+        "D_k) in the client's steps: in separate forwards (§7, as the released code does; in train mode each batch is "
+        "normalised by its own BatchNorm statistics) or as one batch (shared statistics; with the shared extractor "
+        "the classifier's forward then includes the generated samples). The paper is silent (A29). Code mode's "
+        "gradient-penalty interpolates and its step-less generator forward pass alone either way. Left out of a "
+        "resolved config at its default, so the configs pinned before it existed stay the same")
     temperature: float = Field(20.0, gt=0, description="τ of the distillation (A4)")
     distill_lr: float = Field(1e-2, gt=0, description="Adam learning rate of the server distillation")
     distill_batches: int = Field(40, ge=1, description="generated batches per round (A5: 40 × 32 = 1,280 samples)")
@@ -373,25 +375,27 @@ class LocalGAN:
             return self.separate(x)[1].squeeze(1)
         return self.model.domain_logit(self.model(x)[0] if features is None else features)  # type: ignore[operator]  # torch: Module attributes are Tensor | Module
 
-    def real_and_fake(self, x: torch.Tensor, fake: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor,
-                                                                          torch.Tensor]:
-        """φ(x), h_c(φ(x)), ℓ(x) and ℓ(x̂): the two batches in separate forwards, or (``real_fake_forward: joint``)
-        as one batch, so that train-mode BatchNorm normalises them with the same statistics."""
+    def real_and_fake(self, x: torch.Tensor, fake: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """h_c(φ(x)), ℓ(x) and ℓ(x̂). The two batches pass the network that gives ℓ (the shared extractor, or D_k) in
+        separate forwards, or (``real_fake_forward: joint``) as one batch, so that train-mode BatchNorm normalises
+        them with the same statistics; a classifier that gives no ℓ (DaFKD^no-sharing's) sees x alone."""
         if self.params.real_fake_forward == "separate":
             features, logits = self.model(x)
-            return features, logits, self.domain_logit(x, features), self.domain_logit(fake)
-        both = torch.cat([x, fake])
+            return logits, self.domain_logit(x, features), self.domain_logit(fake)
+        both, n = torch.cat([x, fake]), len(x)
+        if self.separate is not None:
+            domain = self.domain_logit(both)
+            return self.model(x)[1], domain[:n], domain[n:]
         features, logits = self.model(both)
         domain = self.domain_logit(both, features)
-        n = len(x)
-        return features[:n], logits[:n], domain[:n], domain[n:]
+        return logits[:n], domain[:n], domain[n:]
 
     def classifier_loss(self, step: Step, epoch: int, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """Eq. 9: CE(h_c(φ(x)), y) + L_adv (Eq. 2) on x and x̂ = G_k(z) (detached)."""
         assert step.rng is not None
         with torch.no_grad():
             fake = self.sample(self.generator, len(x), step.rng)
-        _, logits, real_logit, fake_logit = self.real_and_fake(x, fake)
+        logits, real_logit, fake_logit = self.real_and_fake(x, fake)
         self.record(real_logit, fake_logit)
         return F.cross_entropy(logits, y) + adversarial_loss(real_logit, fake_logit, self.params.adv_loss)
 
@@ -458,7 +462,7 @@ class ReleasedLocalGAN(LocalGAN):
         p = self.params
         with torch.no_grad():
             fake = self.sample(self.generator, len(x), step.rng)
-        _, logits, real_logit, fake_logit = self.real_and_fake(x, fake)
+        logits, real_logit, fake_logit = self.real_and_fake(x, fake)
         loss = F.cross_entropy(logits, y)
         penalty = (gradient_penalty(self.domain_logit, x, fake, torch.rand(len(x), generator=step.rng).to(x.device),
                                     p.gradient_penalty) if p.gradient_penalty else None)

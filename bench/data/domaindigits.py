@@ -2,10 +2,11 @@
 
 Not a paper dataset. It stands in for the papers' image datasets where those cannot be had (no
 download here): ten classes of digits at the shapes of MNIST/FashionMNIST (1x28x28) and SVHN/CIFAR-10
-(3x32x32), and at the 1x8x8 of the embedded digits that the cheapest CPU proxies' networks take, in **domains** — styles of colour, background texture, stroke, font family, geometry,
-blur and noise — so that clients can differ in what their images look like (covariate shift), not
-only in their labels. Each image's domain id is stored with it (``train_domain`` / ``test_domain``),
-the domain table in the manifest's ``source["domains"]``.
+(3x32x32), and at the 1x8x8 of the embedded digits that the cheapest CPU proxies' networks take, in
+**domains** — styles of colour, background texture, stroke, font family, geometry, blur and noise — so
+that clients can differ in what their images look like (covariate shift), not only in their labels.
+Each image's domain id is stored with it (``train_domain`` / ``test_domain``), the domain table in the
+manifest's ``source["domains"]``.
 
 How an image is made (:func:`render_canvas`, then :func:`to_output`), all from the named stream
 ``(seed, "domaindigits", split, i)`` of image ``i``:
@@ -465,4 +466,4 @@ def register_domain_digits(name: str, shape: tuple[int, int, int], num_train: in
 
 DOMAINDIGITS28 = register_domain_digits("domaindigits28", (1, 28, 28))
 DOMAINDIGITS32 = register_domain_digits("domaindigits32", (3, 32, 32))
-DOMAINDIGITS8 = register_domain_digits("domaindigits8", (1, 8, 8))  # the proxies' 8x8 networks (DaFKD's probe)
+DOMAINDIGITS8 = register_domain_digits("domaindigits8", (1, 8, 8))  # for the proxies' 8x8 networks

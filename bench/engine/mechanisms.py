@@ -20,7 +20,7 @@ class Mechanism:
     number, or the name of a per-round record holding it (chance 1/N, log K); it is active when the diagnostic lies
     beyond ``margin`` on the ``active`` side of that value (``relative``: ``margin`` in units of the inert value).
     ``why``: the reading behind the margin; ``beside``: other per-round records of the run that the report prints
-    beside the diagnostic, because they show why it stands where it does (e.g. the discriminators' outputs behind a
+    in a table under the mechanism table, because they show why the diagnostic stands where it does (e.g. the discriminators' outputs behind a
     weighting that stays uniform)."""
 
     name: str

@@ -408,11 +408,11 @@ def beside_table(d: PaperDefinition, cells: list[MechanismCell]) -> list[str]:
     """The records a mechanism names to show why its diagnostic stands where it does (``Mechanism.beside``): per
     method, setting and record, each seed's mean over the run's rounds; nothing when no cell has one."""
     rows = [[d.label(c.method), c.setting, c.mechanism.name, f"`{name}`",
-             "; ".join(f"{v:.3g}" for _, v in sorted(means.items()))]
+             "; ".join(f"{seed}: {v:.3g}" for seed, v in sorted(means.items()))]
             for c in cells for name, means in c.beside.items()]
     return ["What the runs recorded beside those diagnostics (each mechanism names these records in its declaration, "
             "because they show why its diagnostic stands where it does): per seed, the mean over the run's rounds.",
-            markdown_table(["method", "setting", "mechanism", "record", "per seed"], rows)] if rows else []
+            markdown_table(["method", "setting", "mechanism", "record", "seed: mean"], rows)] if rows else []
 
 
 def claims_section(paper: Paper, ours: Results, printed: Results) -> str:

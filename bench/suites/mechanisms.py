@@ -47,6 +47,15 @@ def run_mean(records: Records, metric: str) -> float | None:
     return math.fsum(series.values()) / len(series)
 
 
+def seed_means(runs: Mapping[int, FinishedRun | None], metrics: tuple[str, ...]) -> dict[str, dict[int, float]]:
+    """Per metric, each seed's run mean (:func:`run_mean`), for the seeds whose run recorded it; a metric no run
+    recorded is left out."""
+    means = {metric: {seed: mean for seed, run in runs.items()
+                      if run is not None and (mean := run_mean(run.records, metric)) is not None}
+             for metric in metrics}
+    return {metric: by_seed for metric, by_seed in means.items() if by_seed}
+
+
 def declared(suite: SuiteView, method: str, setting: str) -> tuple[Mechanism, ...]:
     """The mechanisms ``method`` declares with its parameters on ``setting`` (its algorithm, from the run config)."""
     config = suite.config(method, setting, suite.seeds[0])
@@ -61,19 +70,15 @@ def mechanism_cells(suite: SuiteView, runs: Mapping[RunKey, FinishedRun]) -> lis
         for setting in (s for s in suite.settings if suite.runs_on(method, s)):
             for mechanism in declared(suite, method, setting):
                 values, inert = {}, {}
-                beside: dict[str, dict[int, float]] = {name: {} for name in mechanism.beside}
-                for seed in suite.seeds:
-                    run = runs.get((method, setting, seed))
+                seeds = {seed: runs.get((method, setting, seed)) for seed in suite.seeds}
+                for seed, run in seeds.items():
                     value = None if run is None else run_mean(run.records, mechanism.metric)
                     reference = (mechanism.inert if not isinstance(mechanism.inert, str) or run is None
                                  else run_mean(run.records, mechanism.inert))
                     if value is not None and isinstance(reference, float | int):
                         values[seed], inert[seed] = value, float(reference)
-                    for name in mechanism.beside:
-                        if run is not None and (mean := run_mean(run.records, name)) is not None:
-                            beside[name][seed] = mean
                 cells.append(MechanismCell(method, setting, mechanism, values, inert,
-                                           {name: means for name, means in beside.items() if means}))
+                                           seed_means(seeds, mechanism.beside)))
     return cells
 
 
