@@ -38,7 +38,7 @@ from bench.suites.statistics import Records  # noqa: E402
 DIAGNOSTICS = ("alpha_entropy", "alpha_entropy_uniform", "gen_coverage", "d_real", "d_fake", "pre_kd_acc")
 
 
-def domain_params(raw: dict[str, Any], rounds: int, dataset: str = "domaindigits28") -> dict[str, Any]:
+def domain_params(raw: dict[str, Any], rounds: int, dataset: str) -> dict[str, Any]:
     """The params with the `proxy` profile on one column of ``dataset`` (module docstring)."""
     proxy = raw["profiles"]["proxy"]
     base = proxy["suite"]["base"]
@@ -72,7 +72,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data-dir", default="data")
     parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--dataset", default="domaindigits28")
+    parser.add_argument("--dataset", default="domaindigits28", choices=["digits", "domaindigits8", "domaindigits28"],
+                        help="the data (module docstring; default %(default)s)")
     parser.add_argument("--set", nargs="*", default=[], help="-S overrides of the probe's params")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0])
     parser.add_argument("--methods", nargs="+", default=["dafkd", "fedgen"])
