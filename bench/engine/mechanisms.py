@@ -20,8 +20,8 @@ class Mechanism:
     number, or the name of a per-round record holding it (chance 1/N, log K); it is active when the diagnostic lies
     beyond ``margin`` on the ``active`` side of that value (``relative``: ``margin`` in units of the inert value).
     ``why``: the reading behind the margin; ``beside``: other per-round records of the run that the report prints
-    in a table under the mechanism table, because they show why the diagnostic stands where it does (e.g. the discriminators' outputs behind a
-    weighting that stays uniform)."""
+    in a table under the mechanism table, because they show why the diagnostic stands where it does (e.g. the
+    discriminators' outputs behind a weighting that stays uniform)."""
 
     name: str
     metric: str
