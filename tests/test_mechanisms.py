@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -14,7 +15,7 @@ import pytest
 from bench.algorithms import dafkd, fedal, fedftg, fedgen, fedhkd, get_algorithm
 from bench.engine.mechanisms import Mechanism
 from bench.runner.federation import run_federation
-from bench.suites.mechanisms import MechanismCell, run_mean, seed_means
+from bench.suites.mechanisms import MechanismCell, mechanism_cells, run_mean, seed_means, statuses
 from bench.suites.paper import FinishedRun
 from bench.suites.statistics import Records
 from tests.test_communication import CASES
@@ -90,3 +91,28 @@ def test_the_records_beside_a_diagnostic_are_each_seeds_mean_where_recorded() ->
     runs: dict[int, FinishedRun | None] = {0: Run("1,d_real,,0.5\n2,d_real,,0.7\n1,d_fake,,0.25\n"), 1: None, 2: Run("1,d_real,,0.9\n")}
     assert seed_means(runs, ("d_real", "d_fake", "g_loss")) == {"d_real": {0: pytest.approx(0.6), 2: 0.9},
                                                                 "d_fake": {0: 0.25}}
+
+
+def test_the_table_has_a_cell_per_declared_mechanism_method_and_setting_it_runs_on() -> None:
+    """DaFKD declares α̂'s weighting (inert value: a record of each run) and the generator's coverage (inert value 0);
+    FedAvg declares nothing. Per seed, a cell holds the diagnostic's mean and its inert value where the run recorded
+    the diagnostic (seed 2 did not run); α̂ is below 95 % of log 4 on seed 0 only (mixed), coverage above 0.5 where
+    recorded (active)."""
+    configs = {(method, setting, seed): CASES[method][0]() for method in ("dafkd", "fedavg") for setting in "ab"
+               for seed in (0, 1, 2)}
+    suite = SimpleNamespace(methods=["dafkd", "fedavg"], settings=["a", "b"], seeds=[0, 1, 2],
+                            runs_on=lambda method, setting: (method, setting) != ("dafkd", "b"),
+                            config=lambda method, setting, seed: configs[method, setting, seed])
+    runs: dict[tuple[str, str, int], FinishedRun] = {
+        ("dafkd", "a", 0): Run("1,alpha_entropy,,1.0\n2,alpha_entropy,,1.2\n1,alpha_entropy_uniform,,1.386\n"
+                               "2,alpha_entropy_uniform,,1.386\n1,gen_coverage,,0.9\n1,d_real,,0.8\n"),
+        ("dafkd", "a", 1): Run("1,alpha_entropy,,1.38\n1,alpha_entropy_uniform,,1.386\n"),
+        ("dafkd", "b", 0): Run("1,gen_coverage,,0.0\n")}  # a setting DaFKD does not run on is not read
+    cells = mechanism_cells(suite, runs)
+    assert [(c.method, c.setting, c.mechanism) for c in cells] == [("dafkd", "a", dafkd.DOMAIN_WEIGHTS),
+                                                                  ("dafkd", "a", dafkd.GENERATED_CLASSES)]
+    weights, coverage = cells
+    assert weights.values == {0: pytest.approx(1.1), 1: 1.38} and weights.inert == {0: 1.386, 1: 1.386}
+    assert weights.beside == {"d_real": {0: 0.8}} and coverage.beside == {}
+    assert coverage.values == {0: 0.9} and coverage.inert == {0: 0.0}
+    assert statuses(cells) == {("dafkd", "a"): {"alpha_entropy": "mixed", "gen_coverage": "active"}}

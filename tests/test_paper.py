@@ -18,7 +18,7 @@ from bench.report.paper_report import Headline, headline, headline_section, stro
 from bench.suites import Method, load_suite
 from bench.suites.paper import Claim, Paper, PaperDefinition, Results, claim
 from bench.suites.plugins import PAPERS
-from bench.suites.verdicts import detectable_difference
+from bench.suites.verdicts import detectable_difference, seeds_to_detect
 from tests.fabricated import fabricate_run
 
 DEFINITION = """
@@ -175,8 +175,11 @@ def test_report_renders_the_definition(root: Path) -> None:
     assert "| Table 2 | rounds | `reach0.9_global_acc` | 3 | 0 | 3 | — | — |" in paper  # Table 2 prints two of the three
     # The headline comparison: FedAvg against its strongest rival in each measure. Max: FedProx (90) over Standalone
     # (80), a tie on every pair; CF: FedProx (Standalone has none), +200 each pair; rounds to 90 %: one finite pair
-    assert "| Table 1 | Max | `final_clientmax_local_acc` | FedAvg vs FedProx | 6 | +0.00 | 0.00 | 0.00 |" in paper
-    assert "| Table 1 | CF | `final_cf(standalone)_local_acc` | FedAvg vs FedProx | 6 | +200.00 | 0.00 | 0.00 |" in paper
+    # without spread one seed would do (two settings: two pairs); CF is not an accuracy: no seeds for points
+    assert "| Table 1 | Max | `final_clientmax_local_acc` | FedAvg vs FedProx | 6 | +0.00 | 0.00 | 0.00 | 1 (3) |" \
+        in paper
+    assert "| Table 1 | CF | `final_cf(standalone)_local_acc` | FedAvg vs FedProx | 6 | +200.00 | 0.00 | 0.00 | — |" \
+        in paper
     assert "| Table 2 | rounds | `reach0.5_global_acc` | FedAvg vs FedProx | 3 | +0.00 | 0.00 | 0.00 |" in paper
     # rounds to 90 %: only seed 0 reaches it; the others count as 4 rounds + 1, on both sides
     assert "| Table 2 | rounds | `reach0.9_global_acc` | FedAvg vs FedProx | 3 | +0.00 | 0.00 | 0.00 |" in paper
@@ -195,7 +198,8 @@ def test_headline_comparison_is_the_proposed_method_against_its_strongest_rival(
     paper = (root / "reports" / "demo" / "paper.md").read_text()
     noise = math.sqrt(70.0)
     assert (f"| Table 1 | Max | `final_clientmax_local_acc` | FedAvg vs FedProx | 6 | +5.00 | {noise:.2f} | "
-            f"{detectable_difference(noise, 6):.2f} |") in paper
+            f"{detectable_difference(noise, 6):.2f} | {seeds_to_detect(1.5, noise, settings=2)} (3) |") in paper
+    assert seeds_to_detect(1.5, noise, settings=2) == 124  # 1.5 points under √70 ≈ 8.4 points of spread
 
 
 def test_strongest_rival_is_the_best_mean_in_the_measures_direction() -> None:
@@ -204,23 +208,28 @@ def test_strongest_rival_is_the_best_mean_in_the_measures_direction() -> None:
     assert strongest(means, higher=False) == "fedprox"  # rounds to a target: fewer is better
 
 
-P0, P1, P2, Q0 = ("s", 0), ("s", 1), ("s", 2), ("t", 0)
+P0, P1, P2, Q0, Q1 = ("s", 0), ("s", 1), ("s", 2), ("t", 0), ("t", 1)
 
 
 def test_headline_pairs_the_proposed_method_with_its_rival_on_the_pairs_both_have() -> None:
     # differences 1, 2, 3: mean 2, sample std 1
     found = headline({P0: 1.0, P1: 2.0, P2: 3.0}, {"w": {P0: 0.0, P1: 0.0, P2: 0.0}}, higher=True)
-    assert found == Headline("w", 3, 2.0, 1.0, detectable_difference(1.0, 3))
+    assert found == Headline("w", 3, 1, 3, 2.0, 1.0, detectable_difference(1.0, 3))
     # the rival is scored on the shared pairs only: "a" averages 0.9 there (0.45 over all its pairs), above "b"'s 0.6
     found = headline({P0: 0.5, P1: 0.5, P2: 0.5}, {"a": {P0: 0.9, Q0: 0.0}, "b": {P0: 0.6, P1: 0.6, P2: 0.6}}, True)
-    assert found == Headline("a", 1, pytest.approx(-0.4), None, None)
+    assert found == Headline("a", 1, 1, 1, pytest.approx(-0.4), None, None)
     # fewer is better: "x" (mean 3) is the rival, not "y" (mean 6)
     assert headline({P0: 3.0, P1: 5.0}, {"x": {P0: 2.0, P1: 4.0}, "y": {P0: 6.0, P1: 6.0}}, higher=False) == \
-        Headline("x", 2, 1.0, 0.0, 0.0)
+        Headline("x", 2, 1, 2, 1.0, 0.0, 0.0)
     # a pair with a value that is not finite on either side is left out
     assert headline({P0: math.inf, P1: 2.0, P2: 4.0}, {"z": {P0: 1.0, P1: 1.0, P2: math.inf}}, True) == \
-        Headline("z", 1, 1.0, None, None)
+        Headline("z", 1, 1, 1, 1.0, None, None)
     assert headline({P0: 1.0}, {"z": {P1: 1.0}}, True) is None  # no shared pair
+    # pairs over two settings and two seeds; the seeds for a shift count over both settings
+    found = headline({P0: 1.0, P1: 2.0, Q0: 3.0, Q1: 5.0}, {"v": {P0: 0.0, P1: 0.0, Q0: 0.0, Q1: 0.0}}, True)
+    assert found is not None and found.spread is not None and (found.pairs, found.settings, found.seeds) == (4, 2, 2)
+    assert found.seeds_for(1.0) == seeds_to_detect(1.0, found.spread, settings=2)
+    assert Headline("z", 1, 1, 1, 1.0, None, None).seeds_for(1.0) is None  # one pair: no spread
 
 
 def test_headline_rival_never_runs_the_proposed_algorithm(definition: PaperDefinition) -> None:

@@ -121,6 +121,20 @@ def test_names_and_fields_are_one_statistic(name: str, fields: dict) -> None:
     assert statistic.secondary == (fields.get("rounds") == "max")
 
 
+@pytest.mark.parametrize("name, accuracy", [
+    ("final_global_acc", True), ("last3_local_acc", True), ("max_global_acc", True),
+    ("final_clientmax_local_acc", True), ("last3_clientmin_client_global_acc", True),
+    ("reach0.85_global_acc", False),  # rounds
+    ("count_train_loss", False), ("final_train_loss", False),  # not an _acc metric
+    ("final_clientstd_client_global_acc", False),  # a spread over clients
+    ("last3_cfcode(standalone)_local_acc", False),  # a correlation
+])
+def test_a_statistic_is_an_accuracy_when_it_reduces_an_accuracy_to_one_of_its_values(name: str,
+                                                                                    accuracy: bool) -> None:
+    """Accuracies are fractions; the headline's seeds for a target in accuracy points apply to these only."""
+    assert Statistic.model_validate(name).accuracy is accuracy
+
+
 @pytest.mark.parametrize("bad, message", [
     ("best_global_acc", "is not a statistic name"),
     ("final_cf()_local_acc", "is not a statistic name"),

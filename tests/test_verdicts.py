@@ -11,7 +11,8 @@ import yaml
 from scipy import stats
 
 from bench.suites.paper import Claim, PaperDefinition, Results, claim
-from bench.suites.verdicts import MOST, detectable_difference, holm, paired_test, t_power, welch_test
+from bench.suites.verdicts import MOST, detectable_difference, holm, paired_test, seeds_to_detect, t_power, \
+    welch_test
 
 DEFINITION = """
 name: constructed
@@ -197,3 +198,25 @@ def test_the_detectable_difference_has_power_point_eight() -> None:
     assert detectable_difference(0.01, 10) < shift  # more pairs detect less
     two = detectable_difference(0.01, 2)  # two seeds: one degree of freedom, t critical 12.7
     assert two is not None and t_power(two, 0.01, 2) == pytest.approx(0.8, abs=1e-6) and two > 6 * shift
+
+
+def test_the_seeds_to_detect_a_difference_are_the_fewest_with_power_point_eight() -> None:
+    """With three settings a seed adds three pairs: 1.5 points under 10.68 points of spread (DaFKD's pinned
+    headline) need about (2.8 × 10.68 / 1.5)² ≈ 400 pairs, so 134 seeds; one seed fewer falls short of 0.8."""
+    seeds = seeds_to_detect(1.5, 10.68, settings=3)
+    assert seeds == 134
+    assert t_power(1.5, 10.68, 3 * 134) >= 0.8 > t_power(1.5, 10.68, 3 * 133)
+    assert seeds_to_detect(1.5, 10.68, settings=1) == 400  # one setting: a pair per seed
+    # the seeds the detectable difference at n pairs implies: n pairs detect it, so n seeds of one setting do
+    shift = detectable_difference(0.01, 7)
+    assert shift is not None and seeds_to_detect(1.0001 * shift, 0.01, settings=1) == 7
+    assert seeds_to_detect(0.5, 0.0, settings=1) == 2  # no noise: the least a test takes, two pairs
+    assert seeds_to_detect(0.5, 0.0, settings=3) == 1
+    assert seeds_to_detect(0.01, 10.68, settings=1, most=1000) is None  # beyond the count
+
+
+def test_power_stays_monotone_where_scipys_noncentral_t_gives_no_number() -> None:
+    """Many pairs (30,000) put the sample variance's χ² in a narrow peak; integrated over all of [0, ∞) quad missed
+    it and the power read 0."""
+    assert t_power(1.5, 10.68, 30_000) == pytest.approx(1.0)
+    assert t_power(0.01, 10.68, 30_000) == pytest.approx(0.053, abs=1e-3)  # ≈ α + the shift's small share

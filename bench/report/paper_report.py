@@ -20,7 +20,8 @@ from bench.suites.paper import TIME_RATIO, BandCell, Figure, Measure, Paper, Pap
     Section, Trace, band_cells
 from bench.suites.mechanisms import MechanismCell, mechanism_cells, statuses
 from bench.suites.statistics import Statistic, aggregate
-from bench.suites.verdicts import ALPHA, POWER, detectable_difference, mean, sample_std
+from bench.suites.verdicts import ALPHA, MOST_SEEDS, POWER, TARGET_POINTS, detectable_difference, mean, \
+    sample_std, seeds_to_detect
 
 Cells = dict[tuple[str, str, str], tuple[float, float | None]]  # (method, column, measure) -> (mean, spread)
 
@@ -287,14 +288,22 @@ def detection_section(d: PaperDefinition, ours: Results) -> str:
 @dataclass(frozen=True)
 class Headline:
     """The proposed method against its strongest rival on one statistic, paired on the (setting, seed) pairs both
-    have: the mean difference (proposed − rival), the sample std of the per-pair differences (over every pair, not
-    pooled within settings as the table above pools it; None for one pair) and the detectable difference."""
+    have (how many, over how many settings and seeds): the mean difference (proposed − rival), the sample std of the
+    per-pair differences (over every pair, not pooled within settings as the table above pools it; None for one
+    pair) and the detectable difference."""
 
     rival: str
     pairs: int
+    settings: int
+    seeds: int
     difference: float
     spread: float | None
     detectable: float | None
+
+    def seeds_for(self, shift: float) -> int | None:
+        """The seeds, over these settings, with which this spread lets the paired t-test detect ``shift`` with power
+        ``POWER`` (:func:`seeds_to_detect`; None: beyond its count, or no spread measured)."""
+        return None if self.spread is None else seeds_to_detect(shift, self.spread, self.settings)
 
 
 def headline(mine: Mapping[Pair, float], rivals: Mapping[str, Mapping[Pair, float]], higher: bool) -> Headline | None:
@@ -307,10 +316,11 @@ def headline(mine: Mapping[Pair, float], rivals: Mapping[str, Mapping[Pair, floa
     if not scored:
         return None
     rival = strongest(scored, higher)
-    differences = [kept[p] - rivals[rival][p] for p in sorted(shared[rival])]
+    pairs = sorted(shared[rival])
+    differences = [kept[p] - rivals[rival][p] for p in pairs]
     spread = sample_std(differences) if len(differences) > 1 else None
-    return Headline(rival, len(differences), mean(differences), spread,
-                    None if spread is None else detectable_difference(spread, len(differences)))
+    return Headline(rival, len(pairs), len({setting for setting, _ in pairs}), len({seed for _, seed in pairs}),
+                    mean(differences), spread, None if spread is None else detectable_difference(spread, len(pairs)))
 
 
 def strongest(means: Mapping[str, float], higher: bool) -> str:
@@ -344,7 +354,7 @@ def headline_section(suite: Suite, ours: Results) -> str:
                     rows.append([table.title, measure.label, f"`{statistic.name}`",
                                  f"{d.label(d.proposed)} vs {d.label(found.rival)}", str(found.pairs),
                                  f"{found.difference:+.{measure.digits}f}", _fmt(found.spread, measure.digits),
-                                 _fmt(found.detectable, measure.digits)])
+                                 _fmt(found.detectable, measure.digits), _seeds_for_target(found, statistic, measure)])
     return "\n\n".join([
         "## The headline comparison",
         f"In each table that prints {d.label(d.proposed)}, per ranked measure: {d.label(d.proposed)} against its "
@@ -354,10 +364,23 @@ def headline_section(suite: Suite, ours: Results) -> str:
         "(their sample std over every pair, where the table above pools it within settings) and the smallest mean "
         f"difference the paired t-test detects with power {POWER:g} at α = {ALPHA:g} with that spread over these "
         "pairs. A run that never reached a rounds-to-target statistic's target counts as its rounds + 1, the least "
-        "its value can be; a pair with a value that is still not finite is left out.",
+        "its value can be; a pair with a value that is still not finite is left out. **Seeds for "
+        f"{TARGET_POINTS:g} points**, for an accuracy: how many seeds, over the same settings, would let the test "
+        f"detect a difference of {TARGET_POINTS:g} accuracy points with that spread (a proxy's aim, docs/verdicts.md), "
+        "beside how many ran.",
         markdown_table(["table", "measure", "statistic", "comparison", "pairs", "difference", "spread",
-                        f"detectable (power {POWER:g})"], rows) if rows else
+                        f"detectable (power {POWER:g})", f"seeds for {TARGET_POINTS:g} points (ran)"], rows) if rows else
         f"No table has per-seed values of {d.label(d.proposed)} and a rival."])
+
+
+def _seeds_for_target(found: Headline, statistic: Statistic, measure: Measure) -> str:
+    """The headline's seeds for ``TARGET_POINTS`` accuracy points (its spread is in the measure's printed units:
+    ``measure.scale`` × the fraction) and, in brackets, the seeds it ran; "—" for a statistic that is not an
+    accuracy or a headline over one pair."""
+    if not statistic.accuracy or found.spread is None:
+        return "—"
+    seeds = found.seeds_for(TARGET_POINTS * measure.scale / 100)
+    return f"{'more than ' + str(MOST_SEEDS) if seeds is None else seeds} ({found.seeds})"
 
 
 def table_values(d: PaperDefinition, ours: Results, table: str, measure: str,

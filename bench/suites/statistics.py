@@ -241,6 +241,14 @@ class Statistic(BaseModel):
     def higher_is_better(self) -> bool:
         return self.rounds != "reach"
 
+    @property
+    def accuracy(self) -> bool:
+        """Its value is an accuracy, a fraction of test images (×100: points): an ``_acc`` metric reduced by a mean,
+        maximum or minimum over clients and a round or rounds' value (not rounds to a target, a count, a spread or
+        CF)."""
+        return self.metric.endswith("acc") and self.rounds in ("final", "last", "max") \
+            and self.clients in ("mean", "max", "min")
+
     def compute(self, records: Records, reference: Records | None = None) -> float | None:
         """This statistic of one run (``reference``: the run CF compares against); None where the run
         has no such metric or the value is undefined (CF of constant accuracies); inf: target not reached."""

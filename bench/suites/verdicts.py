@@ -34,7 +34,8 @@ groups; Holm runs over every comparison of the claim. The same comparison counte
 for several paper columns) is one comparison.
 
 :func:`detectable_difference` inverts the paired test's power: the smallest true difference it finds with
-probability 0.8 at α = 0.05, given the pair noise and the number of pairs (the noncentral t distribution, exact).
+probability 0.8 at α = 0.05, given the pair noise and the number of pairs (the noncentral t distribution, exact);
+:func:`seeds_to_detect` counts the seeds a comparison over some settings needs for a given difference.
 
 Sums here are :func:`math.fsum` (correctly rounded), so every number is the same on every host.
 """
@@ -50,6 +51,8 @@ from scipy import integrate, optimize, stats
 ALPHA = 0.05
 CONFIDENCE = 0.95
 POWER = 0.8
+TARGET_POINTS = 1.5  # accuracy points a proxy's headline comparison should detect with power POWER
+MOST_SEEDS = 10_000  # beyond this many seeds :func:`seeds_to_detect` stops counting
 
 Verdict = Literal["supported", "contradicted", "inconclusive", "not measured", "not exercised"]
 Outcome = Literal["holds", "fails", "undecided"]
@@ -186,7 +189,9 @@ def t_power(shift: float, noise: float, pairs: int) -> float:
         s = critical * math.sqrt(v / df)
         return float((stats.norm.sf(s - centre) + stats.norm.cdf(-s - centre)) * stats.chi2.pdf(v, df))
 
-    return float(integrate.quad(given, 0, math.inf)[0])  # where scipy's nct gives NaN (few pairs, large shifts)
+    # where scipy's nct gives NaN (few pairs and large shifts, or many pairs): over the χ²'s bulk, where quad finds
+    # its peak even when it is narrow (many pairs); outside it lies less than 2e-15 of the probability
+    return float(integrate.quad(given, stats.chi2.ppf(1e-15, df), stats.chi2.isf(1e-15, df), limit=200)[0])
 
 
 def detectable_difference(noise: float, pairs: int) -> float | None:
@@ -200,3 +205,19 @@ def detectable_difference(noise: float, pairs: int) -> float | None:
     while t_power(high * noise, noise, pairs) < POWER:
         high *= 2
     return noise * float(optimize.brentq(lambda k: t_power(k * noise, noise, pairs) - POWER, 0.0, high, xtol=1e-10))
+
+
+def seeds_to_detect(shift: float, noise: float, settings: int, most: int = MOST_SEEDS) -> int | None:
+    """The fewest seeds k with which the paired t-test over ``settings`` × k pairs, their differences scattering
+    with standard deviation ``noise``, detects a true mean difference ``shift`` with power ``POWER`` at ``ALPHA``
+    (None: more than ``most``). Power grows with the pairs, so this bisects on k."""
+    def detects(seeds: int) -> bool:
+        return settings * seeds >= 2 and (noise == 0 or t_power(shift, noise, settings * seeds) >= POWER)
+
+    if not detects(most):
+        return None
+    low, high = 0, most  # detects(high); not detects(low): no pairs
+    while high - low > 1:
+        middle = (low + high) // 2
+        low, high = (low, middle) if detects(middle) else (middle, high)
+    return high
