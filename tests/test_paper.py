@@ -14,10 +14,11 @@ from pydantic import ValidationError
 
 from bench.cli import main
 from bench.errors import BenchError
-from bench.report.paper_report import Headline, headline, headline_section, strongest
+from bench.report.paper_report import Headline, _seeds_for_target, headline, headline_section, strongest
 from bench.suites import Method, load_suite
-from bench.suites.paper import Claim, Paper, PaperDefinition, Results, claim
+from bench.suites.paper import Claim, Measure, Paper, PaperDefinition, Results, claim
 from bench.suites.plugins import PAPERS
+from bench.suites.statistics import Statistic
 from bench.suites.verdicts import detectable_difference, seeds_to_detect
 from tests.fabricated import fabricate_run
 
@@ -230,6 +231,21 @@ def test_headline_pairs_the_proposed_method_with_its_rival_on_the_pairs_both_hav
     assert found is not None and found.spread is not None and (found.pairs, found.settings, found.seeds) == (4, 2, 2)
     assert found.seeds_for(1.0) == seeds_to_detect(1.0, found.spread, settings=2)
     assert Headline("z", 1, 1, 1, 1.0, None, None).seeds_for(1.0) is None  # one pair: no spread
+
+
+def test_the_seeds_for_the_target_read_the_spread_in_the_measures_units() -> None:
+    """1.5 points is 0.015 of an accuracy printed as a fraction and 1.5 of one printed in %: FedAL's headline
+    (spread 0.0065 over 3 settings) needs 2 seeds either way; a statistic that is not an accuracy, or one pair, has
+    no count, and beyond the most seeds counted the cell says so."""
+    acc = Statistic.model_validate("final_global_acc")
+    fraction, percent = (Measure(label="acc", statistic=acc, scale=scale) for scale in (1.0, 100.0))
+    found = Headline("r", 9, 3, 3, 0.0186, 0.0065, None)
+    assert _seeds_for_target(found, acc, fraction) == "2 (3)" == _seeds_for_target(
+        Headline("r", 9, 3, 3, 1.86, 0.65, None), acc, percent)
+    assert _seeds_for_target(Headline("r", 9, 3, 3, 1.86, 0.0065, None), acc, percent) == "1 (3)"  # ×100 too small
+    assert _seeds_for_target(found, Statistic.model_validate("reach0.5_global_acc"), fraction) == "—"
+    assert _seeds_for_target(Headline("r", 1, 1, 1, 0.02, None, None), acc, fraction) == "—"
+    assert _seeds_for_target(Headline("r", 9, 3, 3, 0.0, 10.0, None), acc, fraction) == "more than 10000 (3)"
 
 
 def test_headline_rival_never_runs_the_proposed_algorithm(definition: PaperDefinition) -> None:

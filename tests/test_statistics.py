@@ -125,6 +125,7 @@ def test_names_and_fields_are_one_statistic(name: str, fields: dict) -> None:
     ("final_global_acc", True), ("last3_local_acc", True), ("max_global_acc", True),
     ("final_clientmax_local_acc", True), ("last3_clientmin_client_global_acc", True),
     ("reach0.85_global_acc", False),  # rounds
+    ("count_global_acc", False),  # rounds completed
     ("count_train_loss", False), ("final_train_loss", False),  # not an _acc metric
     ("final_clientstd_client_global_acc", False),  # a spread over clients
     ("last3_cfcode(standalone)_local_acc", False),  # a correlation

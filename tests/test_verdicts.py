@@ -11,8 +11,8 @@ import yaml
 from scipy import stats
 
 from bench.suites.paper import Claim, PaperDefinition, Results, claim
-from bench.suites.verdicts import MOST, detectable_difference, holm, paired_test, seeds_to_detect, t_power, \
-    welch_test
+from bench.suites.verdicts import ALPHA, MOST, Need, Test as OneTest, detectable_difference, holm, paired_test, seeds_to_detect, \
+    t_power, welch_test
 
 DEFINITION = """
 name: constructed
@@ -175,6 +175,35 @@ def test_most_needs_more_than_half_of_the_measured_comparisons() -> None:
     assert MOST.of(4) == 3 and MOST.of(3) == 2 and MOST.of(1) == 1
 
 
+def test_a_need_counts_a_share_of_the_measured_comparisons_less_its_allowance() -> None:
+    assert Need().of(3) == 3 and Need().of(0) == 0  # all; nothing measured needs nothing
+    assert Need(0.8).of(10) == 8 and Need(0.5).of(3) == 2  # at least the share, rounded up
+    assert Need(but=1).of(3) == 2 and Need(but=5).of(3) == 1  # "all but one"; never less than one
+
+
+def test_one_pair_is_measured_but_untested_and_no_spread_is_certain() -> None:
+    """One pair (or one seed on a side) gives an effect without a test; every pair the same difference is certain
+    (p = 0, a point interval), and on the margin p = 1."""
+    assert paired_test([0.3]) == OneTest("paired t, 1 pair", 0.3, None, None)
+    assert welch_test([0.5], [0.1, 0.2]) == OneTest("Welch t, 1 + 2 seeds", pytest.approx(0.35), None, None)
+    assert welch_test([0.1, 0.2], [0.5]).p is None
+    assert welch_test([0.5, 0.6], [0.1, 0.2]).p is not None  # two seeds a side: tested
+    assert paired_test([0.2, 0.2]) == OneTest("paired t, 2 pairs", 0.2, (0.2, 0.2), 0.0)
+    assert paired_test([0.2, 0.2], margin=0.2).p == 1.0
+    assert welch_test([0.5, 0.5], [0.1, 0.1]).p == 0.0
+
+
+def test_a_margin_is_tested_against_and_decides_the_outcome_on_its_side() -> None:
+    """"Beats by 1 point": differences averaging exactly the margin give p = 1 and decide nothing; a comparison holds
+    or fails only below α (not at it), by the side of the margin its effect lies on."""
+    at_margin = paired_test([1.0, 1.2, 0.8], margin=1.0)
+    assert at_margin.p == pytest.approx(1.0) and at_margin.outcome(0.0) == "undecided"
+    above = paired_test([1.0, 1.2, 1.1], margin=0.5)
+    assert above.outcome(0.01) == "holds" and above.outcome(ALPHA) == "undecided" and above.outcome(None) == "undecided"
+    assert paired_test([1.0, 1.2, 1.1], margin=1.5).outcome(0.01) == "fails"
+    assert holm([0.6, 0.7]) == [1.0, 1.0]  # adjusted p-values stop at 1
+
+
 def test_the_printed_tables_are_judged_by_their_values() -> None:
     d = PaperDefinition.model_validate(yaml.safe_load(DEFINITION))
     printed = d.results()
@@ -215,8 +244,15 @@ def test_the_seeds_to_detect_a_difference_are_the_fewest_with_power_point_eight(
     assert seeds_to_detect(0.01, 10.68, settings=1, most=1000) is None  # beyond the count
 
 
-def test_power_stays_monotone_where_scipys_noncentral_t_gives_no_number() -> None:
-    """Many pairs (30,000) put the sample variance's χ² in a narrow peak; integrated over all of [0, ∞) quad missed
-    it and the power read 0."""
-    assert t_power(1.5, 10.68, 30_000) == pytest.approx(1.0)
-    assert t_power(0.01, 10.68, 30_000) == pytest.approx(0.053, abs=1e-3)  # ≈ α + the shift's small share
+def test_power_where_scipys_noncentral_t_gives_no_number_is_integrated_and_grows_with_the_pairs() -> None:
+    """At 1.5 points under 10.68 of spread, from about 7,500 pairs scipy's noncentral t gives NaN and the power is
+    integrated over the sample variance's χ², whose peak many pairs make narrow: integrated over all of [0, ∞),
+    quad missed it and read 0 at 30,000 pairs."""
+    for pairs in (7_500, 30_000):
+        critical = stats.t.ppf(0.975, pairs - 1)
+        assert math.isnan(stats.nct.cdf(-critical, pairs - 1, 1.5 / 10.68 * math.sqrt(pairs)))
+        assert t_power(1.5, 10.68, pairs) == pytest.approx(1.0)
+    powers = [t_power(1.5, 10.68, pairs) for pairs in range(2, 40_000, 97)]
+    assert all(b >= a - 1e-9 for a, b in zip(powers, powers[1:]))
+    assert powers[0] < 0.1 and powers[-1] == pytest.approx(1.0)
+    assert seeds_to_detect(0.0, 10.68, settings=3) is None  # no difference to detect

@@ -302,7 +302,9 @@ class Headline:
 
     def seeds_for(self, shift: float) -> int | None:
         """The seeds, over these settings, with which this spread lets the paired t-test detect ``shift`` with power
-        ``POWER`` (:func:`seeds_to_detect`; None: beyond its count, or no spread measured)."""
+        ``POWER`` (:func:`seeds_to_detect`; None: beyond its count, or no spread measured): where the detectable
+        difference reaches ``shift`` if the spread stays as measured. The spread holds the difference's variation
+        between settings too, which more seeds do not shrink, so over several settings the count errs high."""
         return None if self.spread is None else seeds_to_detect(shift, self.spread, self.settings)
 
 
@@ -312,7 +314,7 @@ def headline(mine: Mapping[Pair, float], rivals: Mapping[str, Mapping[Pair, floa
     None: no rival shares a pair."""
     kept = {p: v for p, v in mine.items() if math.isfinite(v)}
     shared = {m: [p for p in kept if p in v and math.isfinite(v[p])] for m, v in rivals.items()}
-    scored = {m: math.fsum(rivals[m][p] for p in pairs) / len(pairs) for m, pairs in shared.items() if pairs}
+    scored = {m: math.fsum(rivals[m][p] for p in both) / len(both) for m, both in shared.items() if both}
     if not scored:
         return None
     rival = strongest(scored, higher)
@@ -365,9 +367,10 @@ def headline_section(suite: Suite, ours: Results) -> str:
         f"difference the paired t-test detects with power {POWER:g} at α = {ALPHA:g} with that spread over these "
         "pairs. A run that never reached a rounds-to-target statistic's target counts as its rounds + 1, the least "
         "its value can be; a pair with a value that is still not finite is left out. **Seeds for "
-        f"{TARGET_POINTS:g} points**, for an accuracy: how many seeds, over the same settings, would let the test "
-        f"detect a difference of {TARGET_POINTS:g} accuracy points with that spread (a proxy's aim, docs/verdicts.md), "
-        "beside how many ran.",
+        f"{TARGET_POINTS:g} points**, for an accuracy: how many seeds over the same settings bring the detectable "
+        f"difference to {TARGET_POINTS:g} accuracy points (the proxies' target, docs/verdicts.md) if the spread stays "
+        "as measured, beside how many ran; over several settings the spread includes how the difference varies "
+        "between them, which more seeds do not shrink, so the count errs high.",
         markdown_table(["table", "measure", "statistic", "comparison", "pairs", "difference", "spread",
                         f"detectable (power {POWER:g})", f"seeds for {TARGET_POINTS:g} points (ran)"], rows) if rows else
         f"No table has per-seed values of {d.label(d.proposed)} and a rival."])
@@ -375,11 +378,11 @@ def headline_section(suite: Suite, ours: Results) -> str:
 
 def _seeds_for_target(found: Headline, statistic: Statistic, measure: Measure) -> str:
     """The headline's seeds for ``TARGET_POINTS`` accuracy points (its spread is in the measure's printed units:
-    ``measure.scale`` × the fraction) and, in brackets, the seeds it ran; "—" for a statistic that is not an
-    accuracy or a headline over one pair."""
+    ``measure.scale`` × the fraction, and a point is a hundredth of it) and, in brackets, the seeds it ran; "—" for a
+    statistic that is not an accuracy or a headline over one pair."""
     if not statistic.accuracy or found.spread is None:
         return "—"
-    seeds = found.seeds_for(TARGET_POINTS * measure.scale / 100)
+    seeds = found.seeds_for(TARGET_POINTS / 100 * measure.scale)
     return f"{'more than ' + str(MOST_SEEDS) if seeds is None else seeds} ({found.seeds})"
 
 

@@ -246,7 +246,7 @@ class Statistic(BaseModel):
         """Its value is an accuracy, a fraction of test images (×100: points): an ``_acc`` metric reduced by a mean,
         maximum or minimum over clients and a round or rounds' value (not rounds to a target, a count, a spread or
         CF)."""
-        return self.metric.endswith("acc") and self.rounds in ("final", "last", "max") \
+        return self.metric.endswith("_acc") and self.rounds in ("final", "last", "max") \
             and self.clients in ("mean", "max", "min")
 
     def compute(self, records: Records, reference: Records | None = None) -> float | None:

@@ -189,9 +189,9 @@ def t_power(shift: float, noise: float, pairs: int) -> float:
         s = critical * math.sqrt(v / df)
         return float((stats.norm.sf(s - centre) + stats.norm.cdf(-s - centre)) * stats.chi2.pdf(v, df))
 
-    # where scipy's nct gives NaN (few pairs and large shifts, or many pairs): over the χ²'s bulk, where quad finds
-    # its peak even when it is narrow (many pairs); outside it lies less than 2e-15 of the probability
-    return float(integrate.quad(given, stats.chi2.ppf(1e-15, df), stats.chi2.isf(1e-15, df), limit=200)[0])
+    # where scipy's nct gives NaN (a large noncentrality, from about 5): over the χ²'s bulk, where quad finds its
+    # peak even when many pairs make it narrow; outside it lies less than 2e-15 of the probability
+    return float(integrate.quad(given, stats.chi2.ppf(1e-15, df), stats.chi2.isf(1e-15, df))[0])
 
 
 def detectable_difference(noise: float, pairs: int) -> float | None:
@@ -210,7 +210,11 @@ def detectable_difference(noise: float, pairs: int) -> float | None:
 def seeds_to_detect(shift: float, noise: float, settings: int, most: int = MOST_SEEDS) -> int | None:
     """The fewest seeds k with which the paired t-test over ``settings`` × k pairs, their differences scattering
     with standard deviation ``noise``, detects a true mean difference ``shift`` with power ``POWER`` at ``ALPHA``
-    (None: more than ``most``). Power grows with the pairs, so this bisects on k."""
+    (None: more than ``most``, or no difference to detect). Power grows with the pairs, so this bisects on k. The
+    spread is taken as the differences' true standard deviation, however few pairs measured it."""
+    if shift == 0:
+        return None
+
     def detects(seeds: int) -> bool:
         return settings * seeds >= 2 and (noise == 0 or t_power(shift, noise, settings * seeds) >= POWER)
 
