@@ -187,9 +187,11 @@ def test_one_pair_is_measured_but_untested_and_no_spread_is_certain() -> None:
     assert paired_test([0.3]) == OneTest("paired t, 1 pair", 0.3, None, None)
     assert welch_test([0.5], [0.1, 0.2]) == OneTest("Welch t, 1 + 2 seeds", pytest.approx(0.35), None, None)
     assert welch_test([0.1, 0.2], [0.5]).p is None
-    assert welch_test([0.5, 0.6], [0.1, 0.2]).p is not None  # two seeds a side: tested
+    tested = welch_test([0.5, 0.6], [0.1, 0.2])  # two seeds a side: tested
+    assert tested.p is not None and tested.name == "Welch t, 2 + 2 seeds"
     assert paired_test([0.2, 0.2]) == OneTest("paired t, 2 pairs", 0.2, (0.2, 0.2), 0.0)
     assert paired_test([0.2, 0.2], margin=0.2).p == 1.0
+    assert paired_test([0.1, 0.1], margin=0.2).outcome(0.0) == "fails"  # certain, and short of the margin
     assert welch_test([0.5, 0.5], [0.1, 0.1]).p == 0.0
 
 
