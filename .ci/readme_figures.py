@@ -38,8 +38,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.report.paired import compare_all  # noqa: E402
+from bench.report.paper_report import markdown_table  # noqa: E402
 from bench.report.pinned import PinnedFile, load_pinned  # noqa: E402
-from bench.report.versus import pinned_values, sensitivity  # noqa: E402
+from bench.report.versus import SENSITIVITY_HEADER, pinned_values, sensitivity, sensitivity_row  # noqa: E402
 from bench.suites import load_suite  # noqa: E402
 from bench.suites.statistics import Statistic  # noqa: E402
 
@@ -88,7 +89,7 @@ def render_versus(pinned: PinnedFile, rows: list[dict[str, str]]) -> str:
         low, high = c.interval or (c.mean, c.mean)
         detectable = "—" if c.detectable is None else f"{100 * c.detectable:.2f}"
         return (f"{_pts(c.mean)} points, interval [{_pts(low)}, {_pts(high)}], {c.wins} / {c.ties} / {c.losses}, "
-                f"paired t p = {_p(c.test and c.test.p)}, Holm {_p(c.p_holm)}, detectable {detectable}: {c.verdict}")
+                f"paired t p = {_p(None if c.test is None else c.test.p)}, Holm {_p(c.p_holm)}, detectable {detectable}: {c.verdict}")
 
     others = [c for n, c in compared.items() if n not in ("fedalign", "fedavg")]
     alike = sum(c.verdict == compared["fedavg"].verdict for c in others)
@@ -98,14 +99,9 @@ def render_versus(pinned: PinnedFile, rows: list[dict[str, str]]) -> str:
 
 
 def render_sensitivity() -> str:
-    def rows(label: str, pinned: PinnedFile) -> list[str]:
-        out = []
-        for name in STATISTICS:
-            r = sensitivity(pinned, Statistic.model_validate(name))
-            detectable = "—" if r.detectable is None else f"{100 * r.detectable:.2f}"
-            out.append(f"| {label} | `{name}` | {r.pairs} | {100 * r.seed_spread:.2f} | {100 * r.method_spread:.2f} | "
-                       f"{100 * r.pair_noise:.2f} | {detectable} | {r.separated} / {r.method_pairs} |")
-        return out
+    def rows(label: str, pinned: PinnedFile) -> list[list[str]]:
+        statistics = [Statistic.model_validate(name) for name in STATISTICS]
+        return [[label, *sensitivity_row(s, sensitivity(pinned, s))] for s in statistics]
 
     default = load_suite(ROOT / "params.yaml")
     before = json.loads(subprocess.run(["git", "show", f"{PRE_SHARDS2}:reports/pinned/default.json"], cwd=ROOT,
@@ -114,8 +110,7 @@ def render_sensitivity() -> str:
     table = [*rows("default, 3 settings", PinnedFile.model_validate(before)),
              *rows("default, with `shards2`", load_pinned(ROOT / "reports/pinned/default.json", default)),
              *rows("fedhkd-proxy", load_pinned(ROOT / "pipelines/fedhkd/reports/pinned/fedhkd-proxy.json", fedhkd))]
-    return "\n".join(["| suite | statistic | pairs | seed spread | method spread | pair noise | detectable (power 0.8) "
-                      "| method pairs separated (p < 0.05) |", "|---|---|---|---|---|---|---|---|", *table]) + "\n"
+    return markdown_table(["suite", *SENSITIVITY_HEADER], table) + "\n"
 
 
 def audit_line(output: str) -> str:

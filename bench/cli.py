@@ -334,9 +334,20 @@ def _sensitivity(args: argparse.Namespace) -> int:
 
     suite = _suite(args)
     pinned = load_pinned(args.pinned or default_pinned_path(args.params, suite.name), suite)
-    names = args.statistic or [s.name for s in suite.params.suite.statistics]
-    rows = [sensitivity(pinned, parse_statistic(name)) for name in names]
+    rows, left_out = [], []
+    for statistic in map(parse_statistic, args.statistic or [s.name for s in suite.params.suite.statistics]):
+        try:
+            rows.append((statistic, sensitivity(pinned, statistic)))
+        except BenchError:
+            if args.statistic:  # asked for by name: say why not
+                raise
+            left_out.append(f"`{statistic.name}`")  # one of the suite's statistics only one pinned method has
+    if not rows:
+        raise BenchError(f"suite {suite.name}: no statistic of the suite is pinned for two methods; name one with "
+                         "--statistic")
     print(sensitivity_markdown(suite.name, rows), end="")
+    if left_out:
+        print(f"\nLeft out, fewer than two pinned methods have them: {', '.join(left_out)}.")
     return 0
 
 

@@ -166,6 +166,40 @@ def test_sensitivity_spreads_match_the_hand_computation() -> None:
     assert result.detectable is not None and result.detectable < 0.04
 
 
+def test_sensitivity_counts_the_seeds_its_pooled_pair_noise_needs_for_the_target() -> None:
+    from bench.report.versus import sensitivity, sensitivity_row
+    from bench.suites.statistics import Statistic
+    from bench.suites.verdicts import POWER
+
+    # a - b per seed: setting x 0.02, 0.04, 0.06 (std 2 points), setting y 0.00, 0.02, 0.04 (std 2 points):
+    # pooled pair noise 2 points over 2 settings of 3 seeds
+    pinned = _pinned({"a": {"x": [0.92, 0.94, 0.96], "y": [0.80, 0.84, 0.88]},
+                      "b": {"x": [0.90, 0.90, 0.90], "y": [0.80, 0.82, 0.84]}})
+    accuracy = Statistic.model_validate("final_global_acc")
+    result = sensitivity(pinned, accuracy)
+    assert (result.settings, result.seeds) == (2, 3) and result.pair_noise == pytest.approx(0.02)
+    seeds = result.seeds_for(0.015)
+    # the fewest seeds k whose 2k pairs reach the power: by hand, 2 points of noise need about 16 pairs for 1.5
+    assert seeds is not None and t_power(0.015, 0.02, 2 * seeds) >= POWER > t_power(0.015, 0.02, 2 * (seeds - 1))
+    assert seeds == 8
+    assert sensitivity_row(accuracy, result)[7] == "8 (3)"
+    # a statistic that is not an accuracy (rounds to a target) has no count in points
+    assert sensitivity_row(Statistic.model_validate("reach0.5_global_acc"), result)[7] == "—"
+
+
+def test_bench_sensitivity_leaves_out_a_suite_statistic_one_method_has_and_refuses_it_by_name() -> None:
+    params = REPO / "pipelines" / "fedal" / "params.yaml"  # final_global_acc: FedAvg's alone among the pinned rows
+    run = [sys.executable, "-m", "bench.cli", "sensitivity", "--params", str(params)]
+    shown = subprocess.run(run, cwd=REPO, capture_output=True, text=True)
+    assert shown.returncode == 0, shown.stderr
+    assert "| `final_client_global_acc` |" in shown.stdout and "| `final_global_acc` |" not in shown.stdout
+    assert shown.stdout.rstrip().endswith("Left out, fewer than two pinned methods have them: `final_global_acc`.")
+    named = subprocess.run([*run, "--statistic", "final_global_acc"], cwd=REPO, capture_output=True, text=True)
+    assert named.returncode == 2 and named.stdout == ""
+    assert named.stderr.strip().splitlines() == [
+        "error: suite fedal-proxy: fewer than two pinned methods have final_global_acc"]
+
+
 def test_default_baselines_leave_out_methods_without_the_statistic() -> None:
     from bench.report.pinned import load_pinned
     from bench.report.versus import default_baselines

@@ -17,7 +17,8 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from bench.suites.verdicts import ALPHA, Test, detectable_difference, holm, mean, paired_test, sample_std
+from bench.suites.verdicts import ALPHA, Test, detectable_difference, holm, mean, paired_test, sample_std, \
+    seeds_to_detect
 
 
 @dataclass(frozen=True)
@@ -127,6 +128,15 @@ class Sensitivity:
     detectable: float | None  # power POWER at ALPHA, the paired t-test, over `pairs` pairs with `pair_noise`
     separated: int  # method pairs the paired t-test separates at ALPHA (uncorrected) over the pairs
     method_pairs: int
+    settings: int
+    seeds: int  # seeds per setting
+
+    def seeds_for(self, shift: float) -> int | None:
+        """The seeds, over these settings, with which the pair noise lets the paired t-test detect a mean difference
+        ``shift`` with power ``POWER`` (:func:`~bench.suites.verdicts.seeds_to_detect`; None: beyond its count). The
+        pair noise is pooled within settings, so the count leaves out how a difference varies between settings (the
+        reports' headline counts it in)."""
+        return seeds_to_detect(shift, self.pair_noise, self.settings)
 
 
 def sensitivity(statistic: str, values: Mapping[str, Mapping[Pair, float]]) -> Sensitivity:
@@ -148,4 +158,4 @@ def sensitivity(statistic: str, values: Mapping[str, Mapping[Pair, float]]) -> S
     return Sensitivity(statistic, len(methods), len(pairs),
                        pooled_std([list(cells[m][s].values()) for m in methods for s in settings]),
                        mean(spread), noise, detectable_difference(noise, len(pairs)), separated,
-                       len(methods) * (len(methods) - 1) // 2)
+                       len(methods) * (len(methods) - 1) // 2, len(settings), len({seed for _, seed in pairs}))

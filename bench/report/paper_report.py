@@ -20,8 +20,8 @@ from bench.suites.paper import TIME_RATIO, BandCell, Figure, Measure, Paper, Pap
     Section, Trace, band_cells
 from bench.suites.mechanisms import MechanismCell, mechanism_cells, statuses
 from bench.suites.statistics import Statistic, aggregate
-from bench.suites.verdicts import ALPHA, MOST_SEEDS, POWER, TARGET_POINTS, detectable_difference, mean, \
-    sample_std, seeds_to_detect
+from bench.suites.verdicts import ALPHA, POWER, TARGET_POINTS, detectable_difference, mean, sample_std, \
+    seeds_label, seeds_to_detect
 
 Cells = dict[tuple[str, str, str], tuple[float, float | None]]  # (method, column, measure) -> (mean, spread)
 
@@ -382,8 +382,7 @@ def _seeds_for_target(found: Headline, statistic: Statistic, measure: Measure) -
     statistic that is not an accuracy or a headline over one pair."""
     if not statistic.accuracy or found.spread is None:
         return "—"
-    seeds = found.seeds_for(TARGET_POINTS / 100 * measure.scale)
-    return f"{'more than ' + str(MOST_SEEDS) if seeds is None else seeds} ({found.seeds})"
+    return seeds_label(found.seeds_for(TARGET_POINTS / 100 * measure.scale), found.seeds)
 
 
 def table_values(d: PaperDefinition, ours: Results, table: str, measure: str,

@@ -25,7 +25,7 @@ from bench.errors import BenchError
 from bench.fileio import atomic_write, write_text
 from bench.report.paired import Paired, Sensitivity, compare_all
 from bench.report.paired import sensitivity as paired_sensitivity
-from bench.suites.verdicts import ALPHA, CONFIDENCE, POWER, mean, paired_test
+from bench.suites.verdicts import ALPHA, CONFIDENCE, POWER, TARGET_POINTS, mean, paired_test, seeds_label
 from bench.report.paper_report import markdown_table
 from bench.report.partition_check import check_partitions
 from bench.report.pinned import PinnedFile
@@ -114,15 +114,22 @@ def sensitivity(pinned: PinnedFile, statistic: Statistic) -> Sensitivity:
     return paired_sensitivity(statistic.name, values)
 
 
-def sensitivity_markdown(suite: str, rows: list[Sensitivity]) -> str:
+def sensitivity_row(statistic: Statistic, r: Sensitivity) -> list[str]:
+    """One statistic's cells of `bench sensitivity`'s table, spreads in accuracy points."""
     def pts(x: float | None) -> str:
         return "—" if x is None else f"{100 * x:.2f}"
 
-    table = markdown_table(
-        ["statistic", "methods", "pairs", "seed spread", "method spread", "pair noise",
-         f"detectable (power {POWER:g})", f"method pairs separated (p < {ALPHA:g})"],
-        [[f"`{r.statistic}`", str(r.methods), str(r.pairs), pts(r.seed_spread), pts(r.method_spread),
-          pts(r.pair_noise), pts(r.detectable), f"{r.separated} / {r.method_pairs}"] for r in rows])
+    seeds = seeds_label(r.seeds_for(TARGET_POINTS / 100), r.seeds) if statistic.accuracy else "—"
+    return [f"`{r.statistic}`", str(r.methods), str(r.pairs), pts(r.seed_spread), pts(r.method_spread),
+            pts(r.pair_noise), pts(r.detectable), seeds, f"{r.separated} / {r.method_pairs}"]
+
+
+SENSITIVITY_HEADER = ["statistic", "methods", "pairs", "seed spread", "method spread", "pair noise",
+                      f"detectable (power {POWER:g})", f"seeds for {TARGET_POINTS:g} points (ran)",
+                      f"method pairs separated (p < {ALPHA:g})"]
+
+
+def sensitivity_markdown(suite: str, rows: list[tuple[Statistic, Sensitivity]]) -> str:
     return "\n\n".join([
         f"## Can suite `{suite}` tell methods apart?",
         "In accuracy points, from the pinned per-seed values. **seed spread**: the sample std over seeds within a "
@@ -131,8 +138,11 @@ def sensitivity_markdown(suite: str, rows: list[Sensitivity]) -> str:
         "setting and seed, pooled over method pairs and settings; **detectable**: the smallest mean difference "
         f"the two-sided paired t-test (the rule of the verdicts, bench/suites/verdicts.py) finds with power {POWER:g} "
         f"at {ALPHA:g} over the suite's (setting, seed) pairs, if the differences scatter normally with that pair "
-        "noise; **method pairs separated**: how many pairs of pinned methods that test separates on the pinned "
-        "values (uncorrected).", table]) + "\n"
+        f"noise; **seeds for {TARGET_POINTS:g} points**, for an accuracy: how many seeds over the same settings "
+        f"bring the detectable difference to {TARGET_POINTS:g} points (docs/verdicts.md) if the pair noise stays as "
+        "measured, beside how many the pins have; **method pairs separated**: how many pairs of pinned methods "
+        "that test separates on the pinned values (uncorrected).",
+        markdown_table(SENSITIVITY_HEADER, [sensitivity_row(s, r) for s, r in rows])]) + "\n"
 
 
 # ---------------------------------------------------------------- bench versus

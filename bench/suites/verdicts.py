@@ -225,3 +225,9 @@ def seeds_to_detect(shift: float, noise: float, settings: int, most: int = MOST_
         middle = (low + high) // 2
         low, high = (low, middle) if detects(middle) else (middle, high)
     return high
+
+
+def seeds_label(seeds: int | None, ran: int) -> str:
+    """A count of :func:`seeds_to_detect` (None: beyond ``MOST_SEEDS``) beside the seeds that ran, as the reports and
+    `bench sensitivity` print it: ``"134 (3)"``."""
+    return f"{'more than ' + str(MOST_SEEDS) if seeds is None else seeds} ({ran})"
