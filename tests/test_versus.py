@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -15,7 +16,7 @@ import pytest
 import yaml
 from scipy import stats
 
-from bench.report.paired import compare, compare_all
+from bench.report.paired import compare, compare_all, pooled_std
 from bench.suites.verdicts import detectable_difference, holm, t_power
 
 REPO = Path(__file__).resolve().parents[1]
@@ -60,6 +61,32 @@ def test_better_worse_or_inconclusive_after_holm() -> None:
 def test_identical_methods_are_not_measured() -> None:
     same = compare("b", [("a", s) for s in range(6)], [0.9] * 6, [0.9] * 6)
     assert same.test is None and same.interval is None and same.verdict == "not measured"
+
+
+def test_compare_keeps_its_pairs_and_refuses_values_of_another_length() -> None:
+    pairs = [("a", 0), ("a", 1), ("b", 0)]
+    result = compare("b", pairs, [0.9, 0.8, 0.7], [0.85, 0.8, 0.6])
+    assert result.pairs == (("a", 0), ("a", 1), ("b", 0))
+    assert result.differences == pytest.approx((0.05, 0.0, 0.1))
+    assert result.by_setting() == {"a": [pytest.approx(0.05), 0.0], "b": [pytest.approx(0.1)]}
+    with pytest.raises(ValueError):
+        compare("b", pairs, [0.9, 0.8, 0.7], [0.85, 0.8])
+
+
+def test_holm_across_baselines_leaves_out_one_identical_to_the_new_method() -> None:
+    pairs = [("a", s) for s in range(6)]
+    new = [0.90, 0.91, 0.92, 0.90, 0.93, 0.91]
+    below = [v - d for v, d in zip(new, (0.02, 0.03, 0.02, 0.025, 0.03, 0.02))]
+    found = {c.baseline: c for c in compare_all(pairs, new, {"same": list(new), "below": below})}
+    assert found["same"].test is None and found["same"].p_holm is None
+    assert found["below"].p_holm == pytest.approx(found["below"].test.p)  # one measured comparison: p as it is
+    assert found["below"].pairs == tuple(pairs)
+
+
+def test_pooled_std_weights_each_group_by_its_degrees_of_freedom_and_skips_single_values() -> None:
+    # [1, 3]: squares 2 on 1 degree of freedom; [2, 2, 5]: squares 6 on 2; [7]: none -> sqrt(8 / 3)
+    assert pooled_std([[1.0, 3.0], [2.0, 2.0, 5.0], [7.0]]) == pytest.approx((8 / 3) ** 0.5)
+    assert math.isnan(pooled_std([[7.0], [8.0]]))
 
 
 def test_detectable_difference_grows_with_noise_and_shrinks_with_pairs() -> None:
@@ -164,6 +191,24 @@ def test_sensitivity_spreads_match_the_hand_computation() -> None:
     assert result.method_spread == pytest.approx((0.04 + 0.02) / 2 / 2 ** 0.5)
     assert result.separated == 1  # six positive differences, mean 0.025, std 0.01761: paired t p = 0.0198
     assert result.detectable is not None and result.detectable < 0.04
+
+
+def test_sensitivity_counts_the_method_pairs_the_paired_test_separates() -> None:
+    from bench.report.paired import sensitivity
+    from bench.report.versus import sensitivity_row
+    from bench.suites.statistics import Statistic
+
+    b = {("x", 0): 0.80, ("x", 1): 0.82, ("x", 2): 0.84, ("y", 0): 0.70, ("y", 1): 0.72, ("y", 2): 0.74}
+    a = {p: v + d for (p, v), d in zip(b.items(), (0.05, 0.06, 0.05, 0.06, 0.05, 0.06))}  # clearly above b and c
+    c = {p: v + d for (p, v), d in zip(b.items(), (0.01, -0.01, 0.005, -0.004, 0.008, -0.002))}  # b within noise
+    result = sensitivity("final_global_acc", {"a": a, "b": b, "c": c})
+    assert (result.separated, result.method_pairs, result.settings, result.seeds) == (2, 3, 2, 3)
+    row = sensitivity_row(Statistic.model_validate("final_global_acc"), result)
+    assert (row[0], row[1], row[2], row[-1]) == ("`final_global_acc`", "3", "6", "2 / 3")
+    with pytest.raises(ValueError, match="final_global_acc: sensitivity needs two or more methods"):
+        sensitivity("final_global_acc", {"a": a})
+    with pytest.raises(ValueError, match="on the same \\(setting, seed\\) pairs"):
+        sensitivity("final_global_acc", {"a": a, "b": {p: v for p, v in b.items() if p != ("y", 2)}})
 
 
 def test_sensitivity_counts_the_seeds_its_pooled_pair_noise_needs_for_the_target() -> None:
