@@ -330,24 +330,15 @@ def _versus(args: argparse.Namespace) -> int:
 
 def _sensitivity(args: argparse.Namespace) -> int:
     from bench.report.pinned import default_pinned_path, load_pinned
-    from bench.report.versus import parse_statistic, sensitivity, sensitivity_markdown
+    from bench.report.versus import parse_statistic, sensitivity_markdown, sensitivity_rows
 
     suite = _suite(args)
     pinned = load_pinned(args.pinned or default_pinned_path(args.params, suite.name), suite)
-    rows, left_out = [], []
-    for statistic in map(parse_statistic, args.statistic or [s.name for s in suite.params.suite.statistics]):
-        try:
-            rows.append((statistic, sensitivity(pinned, statistic)))
-        except BenchError:
-            if args.statistic:  # asked for by name: say why not
-                raise
-            left_out.append(f"`{statistic.name}`")  # one of the suite's statistics only one pinned method has
-    if not rows:
-        raise BenchError(f"suite {suite.name}: no statistic of the suite is pinned for two methods; name one with "
-                         "--statistic")
+    statistics = [parse_statistic(name) for name in args.statistic or [s.name for s in suite.params.suite.statistics]]
+    rows, left_out = sensitivity_rows(pinned, statistics, named=bool(args.statistic))
     print(sensitivity_markdown(suite.name, rows), end="")
     if left_out:
-        print(f"\nLeft out, fewer than two pinned methods have them: {', '.join(left_out)}.")
+        print(f"\nLeft out, fewer than two pinned methods have them: {', '.join(f'`{n}`' for n in left_out)}.")
     return 0
 
 

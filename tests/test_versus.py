@@ -228,6 +228,7 @@ def test_sensitivity_counts_the_seeds_its_pooled_pair_noise_needs_for_the_target
     assert seeds is not None and t_power(0.015, 0.02, 2 * seeds) >= POWER > t_power(0.015, 0.02, 2 * (seeds - 1))
     assert seeds == 8
     assert sensitivity_row(accuracy, result)[7] == "8 (3)"
+    assert result.detectable is not None and result.detectable > 0.015  # 3 seeds detect less: the count is above 3
     # a statistic that is not an accuracy (rounds to a target) has no count in points
     assert sensitivity_row(Statistic.model_validate("reach0.5_global_acc"), result)[7] == "—"
 
@@ -241,8 +242,30 @@ def test_bench_sensitivity_leaves_out_a_suite_statistic_one_method_has_and_refus
     assert shown.stdout.rstrip().endswith("Left out, fewer than two pinned methods have them: `final_global_acc`.")
     named = subprocess.run([*run, "--statistic", "final_global_acc"], cwd=REPO, capture_output=True, text=True)
     assert named.returncode == 2 and named.stdout == ""
-    assert named.stderr.strip().splitlines() == [
-        "error: suite fedal-proxy: fewer than two pinned methods have final_global_acc"]
+    assert named.stderr.strip().splitlines()[-1] == \
+        "error: suite fedal-proxy: fewer than two pinned methods have final_global_acc"
+
+
+def test_sensitivity_rows_leave_out_refuse_or_fail_clearly() -> None:
+    from bench.errors import BenchError
+    from bench.report.versus import sensitivity, sensitivity_row, sensitivity_rows
+    from bench.suites.statistics import Statistic
+
+    pinned = _pinned({"a": {"x": [0.92, 0.94, 0.96], "y": [0.80, 0.84, 0.88]},
+                      "b": {"x": [0.90, 0.90, 0.90], "y": [0.80, 0.82, 0.84]}})
+    final, local = Statistic.model_validate("final_global_acc"), Statistic.model_validate("final_local_acc")
+    rows, left_out = sensitivity_rows(pinned, [final, local], named=False)  # no method has final_local_acc
+    assert [s for s, _ in rows] == [final] and left_out == ["final_local_acc"]
+    with pytest.raises(BenchError, match="^suite s: fewer than two pinned methods have final_local_acc$"):
+        sensitivity_rows(pinned, [final, local], named=True)
+    with pytest.raises(BenchError, match="no statistic of the suite is pinned for two methods; name one"):
+        sensitivity_rows(pinned, [local], named=False)
+    # one seed a setting: no pair noise, so no count (not "more than 10000")
+    single = sensitivity(_pinned({"a": {"x": [0.9], "y": [0.8]}, "b": {"x": [0.8], "y": [0.7]}}), final)
+    assert single.detectable is None and sensitivity_row(final, single)[7] == "—"
+    # methods pinned on different seeds: one line, not a traceback
+    with pytest.raises(BenchError, match="on the same \\(setting, seed\\) pairs; pin every method on the same seeds"):
+        sensitivity(_pinned({"a": {"x": [0.9, 0.8]}, "b": {"x": [0.8, 0.7, 0.6]}}), final)
 
 
 def test_default_baselines_leave_out_methods_without_the_statistic() -> None:

@@ -129,11 +129,12 @@ class Sensitivity:
     separated: int  # method pairs the paired t-test separates at ALPHA (uncorrected) over the pairs
     method_pairs: int
     settings: int
-    seeds: int  # seeds per setting
+    seeds: int  # seeds per setting (the fewest any setting has)
 
     def seeds_for(self, shift: float) -> int | None:
         """The seeds, over these settings, with which the pair noise lets the paired t-test detect a mean difference
-        ``shift`` with power ``POWER`` (:func:`~bench.suites.verdicts.seeds_to_detect`; None: beyond its count). The
+        ``shift`` with power ``POWER`` (:func:`~bench.suites.verdicts.seeds_to_detect`; None: beyond its count, or no
+        pair noise measured: one seed a setting). The
         pair noise is pooled within settings, so the count leaves out how a difference varies between settings (the
         reports' headline counts it in)."""
         return seeds_to_detect(shift, self.pair_noise, self.settings)
@@ -158,4 +159,4 @@ def sensitivity(statistic: str, values: Mapping[str, Mapping[Pair, float]]) -> S
     return Sensitivity(statistic, len(methods), len(pairs),
                        pooled_std([list(cells[m][s].values()) for m in methods for s in settings]),
                        mean(spread), noise, detectable_difference(noise, len(pairs)), separated,
-                       len(methods) * (len(methods) - 1) // 2, len(settings), len({seed for _, seed in pairs}))
+                       len(methods) * (len(methods) - 1) // 2, len(settings), min(sum(s_ == s for s_, _ in pairs) for s in settings))

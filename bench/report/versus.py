@@ -104,14 +104,39 @@ def _value(records: Records, statistic: Statistic, run: str) -> float:
 
 # ---------------------------------------------------------------- sensitivity: can the suite tell methods apart?
 
+def comparable(pinned: PinnedFile, statistic: Statistic) -> dict[str, Values]:
+    """The per-seed values of ``statistic`` of each pinned method that has it on the most settings (methods pinned
+    on some settings only are left out)."""
+    widest = max(len(cells) for cells in pinned.values.values())
+    return {m: pinned_values(pinned, m, statistic) for m in pinned.values if len(pinned.values[m]) == widest
+            and all(statistic.name in e.values for c in pinned.values[m].values() for e in c.seeds.values())}
+
+
 def sensitivity(pinned: PinnedFile, statistic: Statistic) -> Sensitivity:
-    """The suite's sensitivity for ``statistic`` over its pinned methods that have it."""
-    widest = max(len(cells) for cells in pinned.values.values())  # methods pinned on some settings only are left out
-    values = {m: pinned_values(pinned, m, statistic) for m in pinned.values if len(pinned.values[m]) == widest
-              and all(statistic.name in e.values for c in pinned.values[m].values() for e in c.seeds.values())}
+    """The suite's sensitivity for ``statistic`` over its pinned methods that have it (:func:`comparable`)."""
+    values = comparable(pinned, statistic)
     if len(values) < 2:
         raise BenchError(f"suite {pinned.suite}: fewer than two pinned methods have {statistic.name}")
-    return paired_sensitivity(statistic.name, values)
+    try:
+        return paired_sensitivity(statistic.name, values)
+    except ValueError as e:
+        raise BenchError(f"suite {pinned.suite}: {e}; pin every method on the same seeds") from None
+
+
+def sensitivity_rows(pinned: PinnedFile, statistics: list[Statistic],
+                     named: bool) -> tuple[list[tuple[Statistic, Sensitivity]], list[str]]:
+    """`bench sensitivity`'s rows, and the statistics left out because fewer than two pinned methods have them;
+    ``named`` (asked for by name): such a statistic is an error instead."""
+    rows, left_out = [], []
+    for statistic in statistics:
+        if not named and len(comparable(pinned, statistic)) < 2:
+            left_out.append(statistic.name)
+        else:
+            rows.append((statistic, sensitivity(pinned, statistic)))
+    if not rows:
+        raise BenchError(f"suite {pinned.suite}: no statistic of the suite is pinned for two methods; name one with "
+                         "--statistic")
+    return rows, left_out
 
 
 def sensitivity_row(statistic: Statistic, r: Sensitivity) -> list[str]:
@@ -119,7 +144,8 @@ def sensitivity_row(statistic: Statistic, r: Sensitivity) -> list[str]:
     def pts(x: float | None) -> str:
         return "—" if x is None else f"{100 * x:.2f}"
 
-    seeds = seeds_label(r.seeds_for(TARGET_POINTS / 100), r.seeds) if statistic.accuracy else "—"
+    seeds = seeds_label(r.seeds_for(TARGET_POINTS / 100), r.seeds) \
+        if statistic.accuracy and math.isfinite(r.pair_noise) else "—"
     return [f"`{r.statistic}`", str(r.methods), str(r.pairs), pts(r.seed_spread), pts(r.method_spread),
             pts(r.pair_noise), pts(r.detectable), seeds, f"{r.separated} / {r.method_pairs}"]
 
