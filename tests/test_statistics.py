@@ -104,6 +104,29 @@ def test_seed_aggregates() -> None:
     assert aggregate([12.0, math.inf, 15.0], "max_abs_dev") == (math.inf, None)  # a seed never reached it
 
 
+def test_two_values_have_a_spread_and_each_spread_is_its_own() -> None:
+    """Two seeds are enough for a spread, and ``aggregate`` picks the one it is asked for: {1, 3} has sample std
+    √2 and maximum absolute deviation 1."""
+    assert mean_std([1.0, 3.0]) == (2.0, pytest.approx(math.sqrt(2)))
+    assert mean_max_abs_dev([1.0, 4.0]) == (2.5, 1.5) and mean_max_abs_dev([3.0]) == (3.0, None)
+    assert aggregate([1.0, 3.0], "std") == (2.0, pytest.approx(math.sqrt(2)))
+    assert aggregate([1.0, 3.0], "max_abs_dev") == (2.0, 1.0)
+
+
+def test_clients_std_and_the_released_codes_cf_beside_the_papers() -> None:
+    """Round 4's local accuracies (.5 1 .75) have population std √((.25² + .25² + 0) / 3); CF is defined from two
+    clients; where every federated accuracy is 0 the paper's CF is undefined and the released code's is 0."""
+    assert value("final_clientstd_local_acc") == pytest.approx(math.sqrt(0.125 / 3))
+    assert cf([0.1, 0.2], [0.3, 0.1]) == pytest.approx(-100.0)
+    assert math.isnan(cf([0.5, 0.5, 0.5], [0.1, 0.2, 0.3]))  # constant standalone accuracies
+    zeros = "round,metric,client,value\n" + "".join(f"4,local_acc,{c},0.0\n" for c in range(3))
+    assert value("final_cf(standalone)_local_acc", zeros, STANDALONE) is None
+    assert value("final_cfcode(standalone)_local_acc", zeros, STANDALONE) == 0.0
+    assert value("final_cfcode(standalone)_local_acc", reference=STANDALONE) == pytest.approx(100.0)
+    with pytest.raises(BenchError, match=r"standalone.csv: no local_acc at its last round 4 to use as the standalone"):
+        value("final_cf(standalone)_local_acc", reference="round,metric,client,value\n4,global_acc,,0.5\n")
+
+
 @pytest.mark.parametrize("name, fields", [
     ("final_global_acc", {"metric": "global_acc"}),
     ("last5_local_acc", {"metric": "local_acc", "rounds": "last", "k": 5}),
