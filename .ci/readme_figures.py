@@ -89,7 +89,8 @@ def render_versus(pinned: PinnedFile, rows: list[dict[str, str]]) -> str:
         low, high = c.interval or (c.mean, c.mean)
         detectable = "—" if c.detectable is None else f"{100 * c.detectable:.2f}"
         return (f"{_pts(c.mean)} points, interval [{_pts(low)}, {_pts(high)}], {c.wins} / {c.ties} / {c.losses}, "
-                f"paired t p = {_p(None if c.test is None else c.test.p)}, Holm {_p(c.p_holm)}, detectable {detectable}: {c.verdict}")
+                f"paired t p = {_p(None if c.test is None else c.test.p)}, Holm {_p(c.p_holm)}, "
+                f"detectable {detectable}: {c.verdict}")
 
     others = [c for n, c in compared.items() if n not in ("fedalign", "fedavg")]
     alike = sum(c.verdict == compared["fedavg"].verdict for c in others)

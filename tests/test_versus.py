@@ -246,6 +246,23 @@ def test_bench_sensitivity_leaves_out_a_suite_statistic_one_method_has_and_refus
         "error: suite fedal-proxy: fewer than two pinned methods have final_global_acc"
 
 
+def test_sensitivity_judges_the_methods_on_the_settings_they_share_most() -> None:
+    """Two methods on x, y, z and three more on x, y only: 5 methods × 2 settings outnumber 2 × 3 cells, so all five
+    are compared on x and y. On a tie in cells the most methods win: 2 methods × {x, y} against 4 × {x}."""
+    from bench.report.versus import comparable
+    from bench.suites.statistics import Statistic
+
+    final = Statistic.model_validate("final_global_acc")
+    wide, narrow = {"x": [0.9, 0.8], "y": [0.7, 0.6], "z": [0.5, 0.4]}, {"x": [0.85, 0.8], "y": [0.7, 0.65]}
+    found = comparable(_pinned({"a": wide, "b": wide, "c": narrow, "d": narrow, "e": narrow}), final)
+    assert sorted(found) == ["a", "b", "c", "d", "e"]
+    assert sorted(found["a"]) == [("x", 0), ("x", 1), ("y", 0), ("y", 1)] and found["c"]["y", 1] == 0.65
+    one = {"x": [0.9, 0.8]}
+    tie = comparable(_pinned({"a": narrow, "b": narrow, "c": one, "d": one}), final)
+    assert sorted(tie) == ["a", "b", "c", "d"] and sorted(tie["a"]) == [("x", 0), ("x", 1)]
+    assert comparable(_pinned({"a": wide, "b": narrow}), Statistic.model_validate("final_local_acc")) == {}
+
+
 def test_sensitivity_rows_leave_out_refuse_or_fail_clearly() -> None:
     from bench.errors import BenchError
     from bench.report.versus import sensitivity, sensitivity_row, sensitivity_rows

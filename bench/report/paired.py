@@ -159,4 +159,5 @@ def sensitivity(statistic: str, values: Mapping[str, Mapping[Pair, float]]) -> S
     return Sensitivity(statistic, len(methods), len(pairs),
                        pooled_std([list(cells[m][s].values()) for m in methods for s in settings]),
                        mean(spread), noise, detectable_difference(noise, len(pairs)), separated,
-                       len(methods) * (len(methods) - 1) // 2, len(settings), min(sum(s_ == s for s_, _ in pairs) for s in settings))
+                       len(methods) * (len(methods) - 1) // 2, len(settings),
+                       min(sum(s_ == s for s_, _ in pairs) for s in settings))

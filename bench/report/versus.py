@@ -105,11 +105,24 @@ def _value(records: Records, statistic: Statistic, run: str) -> float:
 # ---------------------------------------------------------------- sensitivity: can the suite tell methods apart?
 
 def comparable(pinned: PinnedFile, statistic: Statistic) -> dict[str, Values]:
-    """The per-seed values of ``statistic`` of each pinned method that has it on the most settings (methods pinned
-    on some settings only are left out)."""
-    widest = max(len(cells) for cells in pinned.values.values())
-    return {m: pinned_values(pinned, m, statistic) for m in pinned.values if len(pinned.values[m]) == widest
-            and all(statistic.name in e.values for c in pinned.values[m].values() for e in c.seeds.values())}
+    """The per-seed values of ``statistic`` of the pinned methods on the settings they share most: of the sets of
+    settings on which a method has it for every seed, the one that the most (method, setting) cells cover (on a tie,
+    the most methods); each method that has it on all of them, on those settings only. A suite whose methods run
+    different columns (a paper's ablations, sweeps) is judged on its widest common ground."""
+    having = {m: frozenset(s for s, cell in cells.items()
+                           if all(statistic.name in e.values for e in cell.seeds.values()))
+              for m, cells in pinned.values.items()}
+    candidates = sorted({h for h in having.values() if h}, key=sorted)
+    if not candidates:
+        return {}
+
+    def cover(settings: frozenset[str]) -> tuple[int, int]:
+        methods = sum(settings <= h for h in having.values())
+        return methods * len(settings), methods
+
+    shared = max(candidates, key=cover)
+    return {m: {(s, seed): e.values[statistic.name] for s in sorted(shared)
+                for seed, e in pinned.values[m][s].seeds.items()} for m, h in having.items() if shared <= h}
 
 
 def sensitivity(pinned: PinnedFile, statistic: Statistic) -> Sensitivity:
@@ -158,7 +171,8 @@ SENSITIVITY_HEADER = ["statistic", "methods", "pairs", "seed spread", "method sp
 def sensitivity_markdown(suite: str, rows: list[tuple[Statistic, Sensitivity]]) -> str:
     return "\n\n".join([
         f"## Can suite `{suite}` tell methods apart?",
-        "In accuracy points, from the pinned per-seed values. **seed spread**: the sample std over seeds within a "
+        "In accuracy points, from the pinned per-seed values, on the settings the pinned methods share most (the "
+        "set covering the most (method, setting) cells). **seed spread**: the sample std over seeds within a "
         "(method, setting), pooled; **method spread**: the std of the methods' means within a setting, averaged "
         "over settings; **pair noise**: the std over seeds of the difference between two methods on the same "
         "setting and seed, pooled over method pairs and settings; **detectable**: the smallest mean difference "
