@@ -338,7 +338,7 @@ def _sensitivity(args: argparse.Namespace) -> int:
     rows, left_out = sensitivity_rows(pinned, statistics, named=bool(args.statistic))
     print(sensitivity_markdown(suite.name, rows), end="")
     if left_out:
-        print(f"\nLeft out, fewer than two pinned methods have them: {', '.join(f'`{n}`' for n in left_out)}.")
+        print(f"\nLeft out, no two pinned methods share a setting for them: {', '.join(f'`{n}`' for n in left_out)}.")
     return 0
 
 

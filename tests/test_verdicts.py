@@ -244,7 +244,6 @@ def test_the_seeds_to_detect_a_difference_are_the_fewest_with_power_point_eight(
     assert seeds_to_detect(0.5, 0.0, settings=1) == 2  # no noise: the least a test takes, two pairs
     assert seeds_to_detect(0.5, 0.0, settings=3) == 1
     assert seeds_to_detect(0.01, 10.68, settings=1, most=1000) is None  # beyond the count
-    assert seeds_to_detect(1.5, math.nan, settings=3) is None  # no spread measured (one seed): no count
 
 
 def test_power_where_scipys_noncentral_t_gives_no_number_is_integrated_and_grows_with_the_pairs() -> None:

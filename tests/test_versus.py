@@ -239,28 +239,46 @@ def test_bench_sensitivity_leaves_out_a_suite_statistic_one_method_has_and_refus
     shown = subprocess.run(run, cwd=REPO, capture_output=True, text=True)
     assert shown.returncode == 0, shown.stderr
     assert "| `final_client_global_acc` |" in shown.stdout and "| `final_global_acc` |" not in shown.stdout
-    assert shown.stdout.rstrip().endswith("Left out, fewer than two pinned methods have them: `final_global_acc`.")
+    assert shown.stdout.rstrip().endswith(
+        "Left out, no two pinned methods share a setting for them: `final_global_acc`.")
     named = subprocess.run([*run, "--statistic", "final_global_acc"], cwd=REPO, capture_output=True, text=True)
     assert named.returncode == 2 and named.stdout == ""
     assert named.stderr.strip().splitlines()[-1] == \
-        "error: suite fedal-proxy: fewer than two pinned methods have final_global_acc"
+        "error: suite fedal-proxy: no two pinned methods share a setting for final_global_acc"
 
 
 def test_sensitivity_judges_the_methods_on_the_settings_they_share_most() -> None:
-    """Two methods on x, y, z and three more on x, y only: 5 methods × 2 settings outnumber 2 × 3 cells, so all five
-    are compared on x and y. On a tie in cells the most methods win: 2 methods × {x, y} against 4 × {x}."""
+    """Of the methods' sets of settings and their intersections, the one whose methods (two at least) fill the most
+    (method, setting) cells; on a tie the one with more methods, then the one that comes first in the pinned file."""
     from bench.report.versus import comparable
     from bench.suites.statistics import Statistic
 
     final = Statistic.model_validate("final_global_acc")
-    wide, narrow = {"x": [0.9, 0.8], "y": [0.7, 0.6], "z": [0.5, 0.4]}, {"x": [0.85, 0.8], "y": [0.7, 0.65]}
-    found = comparable(_pinned({"a": wide, "b": wide, "c": narrow, "d": narrow, "e": narrow}), final)
-    assert sorted(found) == ["a", "b", "c", "d", "e"]
-    assert sorted(found["a"]) == [("x", 0), ("x", 1), ("y", 0), ("y", 1)] and found["c"]["y", 1] == 0.65
-    one = {"x": [0.9, 0.8]}
-    tie = comparable(_pinned({"a": narrow, "b": narrow, "c": one, "d": one}), final)
-    assert sorted(tie) == ["a", "b", "c", "d"] and sorted(tie["a"]) == [("x", 0), ("x", 1)]
-    assert comparable(_pinned({"a": wide, "b": narrow}), Statistic.model_validate("final_local_acc")) == {}
+
+    def chosen(methods: dict[str, str]) -> tuple[list[str], list[tuple[str, int]]]:
+        """The methods compared and the first's pairs, for methods given as their settings ("xy": x and y)."""
+        found = comparable(_pinned({m: {s: [0.9, 0.8] for s in settings} for m, settings in methods.items()}), final)
+        return sorted(found), sorted(next(iter(found.values()))) if found else []
+
+    # 5 methods × 2 settings outnumber 2 × 3 cells; each method on those two only
+    assert chosen({"a": "xyz", "b": "xyz", "c": "xy", "d": "xy", "e": "xy"}) == (
+        ["a", "b", "c", "d", "e"], [("x", 0), ("x", 1), ("y", 0), ("y", 1)])
+    # cells before methods: 2 × 4 cells outnumber 5 × 1
+    assert chosen({"a": "wxyz", "b": "wxyz", "c": "x", "d": "x", "e": "x"})[0] == ["a", "b"]
+    # a tie in cells (2 × 2 and 4 × 1) goes to the most methods, though {x, y} comes first in the file
+    assert chosen({"a": "xy", "b": "xy", "c": "y", "d": "y"}) == (["a", "b", "c", "d"], [("y", 0), ("y", 1)])
+    # a full tie goes to the settings that come first in the pinned file, whatever their names
+    assert chosen({"a": "yz", "b": "yz", "c": "wx", "d": "wx"}) == (
+        ["a", "b"], [("y", 0), ("y", 1), ("z", 0), ("z", 1)])
+    # an intersection no method has alone: {x, y} of three overlapping sets
+    assert chosen({"a": "xyz", "b": "xyw", "c": "xyv"})[0] == ["a", "b", "c"]
+    # one method's wide set never wins: a alone on 6 settings against a and b on 2
+    assert chosen({"a": "uvwxyz", "b": "yz"}) == (["a", "b"], [("y", 0), ("y", 1), ("z", 0), ("z", 1)])
+    assert chosen({"a": "x", "b": "y"}) == ([], [])  # nothing shared
+    # a setting where one seed lacks the statistic is not one of the method's
+    pinned = _pinned({"a": {"x": [0.9, 0.8], "y": [0.7, 0.6]}, "b": {"x": [0.85, 0.8], "y": [0.7, 0.65]}})
+    del pinned.values["b"]["y"].seeds[1].values["final_global_acc"]
+    assert sorted(comparable(pinned, final)["b"]) == [("x", 0), ("x", 1)]
 
 
 def test_sensitivity_rows_leave_out_refuse_or_fail_clearly() -> None:
@@ -273,7 +291,7 @@ def test_sensitivity_rows_leave_out_refuse_or_fail_clearly() -> None:
     final, local = Statistic.model_validate("final_global_acc"), Statistic.model_validate("final_local_acc")
     rows, left_out = sensitivity_rows(pinned, [final, local], named=False)  # no method has final_local_acc
     assert [s for s, _ in rows] == [final] and left_out == ["final_local_acc"]
-    with pytest.raises(BenchError, match="^suite s: fewer than two pinned methods have final_local_acc$"):
+    with pytest.raises(BenchError, match="^suite s: no two pinned methods share a setting for final_local_acc$"):
         sensitivity_rows(pinned, [final, local], named=True)
     with pytest.raises(BenchError, match="no statistic of the suite is pinned for two methods; name one"):
         sensitivity_rows(pinned, [local], named=False)

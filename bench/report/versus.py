@@ -105,31 +105,38 @@ def _value(records: Records, statistic: Statistic, run: str) -> float:
 # ---------------------------------------------------------------- sensitivity: can the suite tell methods apart?
 
 def comparable(pinned: PinnedFile, statistic: Statistic) -> dict[str, Values]:
-    """The per-seed values of ``statistic`` of the pinned methods on the settings they share most: of the sets of
-    settings on which a method has it for every seed, the one that the most (method, setting) cells cover (on a tie,
-    the most methods); each method that has it on all of them, on those settings only. A suite whose methods run
-    different columns (a paper's ablations, sweeps) is judged on its widest common ground."""
+    """The per-seed values of ``statistic`` of the pinned methods on the settings they share most. Each method has it
+    for every seed on a set of settings; of those sets and their intersections, the one whose methods (two at least)
+    fill the most (method, setting) cells wins, on a tie the one with more methods, then the one whose settings come
+    first in the pinned file. Each method that has every setting of it counts, on those settings only; {} where no
+    two methods share a setting. A suite whose methods run different columns (a paper's ablations, sweeps) is judged
+    on its widest common ground."""
+    order = list(dict.fromkeys(s for cells in pinned.values.values() for s in cells))
     having = {m: frozenset(s for s, cell in cells.items()
                            if all(statistic.name in e.values for e in cell.seeds.values()))
               for m, cells in pinned.values.items()}
-    candidates = sorted({h for h in having.values() if h}, key=sorted)
-    if not candidates:
-        return {}
+    candidates = {h for h in having.values() if h}
+    while new := {a & b for a in candidates for b in candidates if a & b} - candidates:
+        candidates |= new
 
-    def cover(settings: frozenset[str]) -> tuple[int, int]:
+    def cover(settings: frozenset[str]) -> tuple[int, int, list[int]]:
         methods = sum(settings <= h for h in having.values())
-        return methods * len(settings), methods
+        first = sorted(-order.index(s) for s in settings)  # higher for settings that come earlier
+        return (methods * len(settings) if methods > 1 else 0), methods, first
 
-    shared = max(candidates, key=cover)
-    return {m: {(s, seed): e.values[statistic.name] for s in sorted(shared)
+    shared = max(candidates, key=cover, default=frozenset())
+    if cover(shared)[0] == 0:
+        return {}
+    return {m: {(s, seed): e.values[statistic.name] for s in order if s in shared
                 for seed, e in pinned.values[m][s].seeds.items()} for m, h in having.items() if shared <= h}
 
 
-def sensitivity(pinned: PinnedFile, statistic: Statistic) -> Sensitivity:
-    """The suite's sensitivity for ``statistic`` over its pinned methods that have it (:func:`comparable`)."""
-    values = comparable(pinned, statistic)
+def sensitivity(pinned: PinnedFile, statistic: Statistic, values: dict[str, Values] | None = None) -> Sensitivity:
+    """The suite's sensitivity for ``statistic`` over its pinned methods that share settings for it
+    (:func:`comparable`, unless ``values`` gives them)."""
+    values = comparable(pinned, statistic) if values is None else values
     if len(values) < 2:
-        raise BenchError(f"suite {pinned.suite}: fewer than two pinned methods have {statistic.name}")
+        raise BenchError(f"suite {pinned.suite}: no two pinned methods share a setting for {statistic.name}")
     try:
         return paired_sensitivity(statistic.name, values)
     except ValueError as e:
@@ -138,14 +145,15 @@ def sensitivity(pinned: PinnedFile, statistic: Statistic) -> Sensitivity:
 
 def sensitivity_rows(pinned: PinnedFile, statistics: list[Statistic],
                      named: bool) -> tuple[list[tuple[Statistic, Sensitivity]], list[str]]:
-    """`bench sensitivity`'s rows, and the statistics left out because fewer than two pinned methods have them;
-    ``named`` (asked for by name): such a statistic is an error instead."""
+    """`bench sensitivity`'s rows, and the statistics left out because no two pinned methods share a setting for
+    them; ``named`` (asked for by name): such a statistic is an error instead."""
     rows, left_out = [], []
     for statistic in statistics:
-        if not named and len(comparable(pinned, statistic)) < 2:
+        values = comparable(pinned, statistic)
+        if not named and len(values) < 2:
             left_out.append(statistic.name)
         else:
-            rows.append((statistic, sensitivity(pinned, statistic)))
+            rows.append((statistic, sensitivity(pinned, statistic, values)))
     if not rows:
         raise BenchError(f"suite {pinned.suite}: no statistic of the suite is pinned for two methods; name one with "
                          "--statistic")

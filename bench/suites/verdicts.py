@@ -210,10 +210,10 @@ def detectable_difference(noise: float, pairs: int) -> float | None:
 def seeds_to_detect(shift: float, noise: float, settings: int, most: int = MOST_SEEDS) -> int | None:
     """The fewest seeds k with which the paired t-test over ``settings`` × k pairs, their differences scattering
     with standard deviation ``noise``, detects a true mean difference ``shift`` with power ``POWER`` at ``ALPHA``
-    (None: more than ``most``, no difference to detect, or no spread measured: NaN). Power grows with the pairs, so
-    this bisects on k. The spread is taken as the differences' true standard deviation, however few pairs measured
-    it."""
-    if shift == 0 or math.isnan(noise):
+    (None: more than ``most``, or no difference to detect). Power grows with the pairs, so this bisects on k. The
+    spread is taken as the differences' true standard deviation, however few pairs measured it; a caller with no
+    spread measured (NaN) has no count to ask for."""
+    if shift == 0:
         return None
 
     def detects(seeds: int) -> bool:
