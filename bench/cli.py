@@ -330,13 +330,15 @@ def _versus(args: argparse.Namespace) -> int:
 
 def _sensitivity(args: argparse.Namespace) -> int:
     from bench.report.pinned import default_pinned_path, load_pinned
-    from bench.report.versus import parse_statistic, sensitivity_markdown, sensitivity_rows
+    from bench.report.versus import narrowed, parse_statistic, sensitivity_markdown, sensitivity_rows
 
     suite = _suite(args)
     pinned = load_pinned(args.pinned or default_pinned_path(args.params, suite.name), suite)
     statistics = [parse_statistic(name) for name in args.statistic or [s.name for s in suite.params.suite.statistics]]
     rows, left_out = sensitivity_rows(pinned, statistics, named=bool(args.statistic))
     print(sensitivity_markdown(suite.name, rows), end="")
+    if notes := [n for statistic, _ in rows if (n := narrowed(pinned, statistic)) is not None]:
+        print("\nJudged on the settings the methods share most:\n" + "\n".join(f"- {n}" for n in notes))
     if left_out:
         print(f"\nLeft out, no two pinned methods share a setting for them: {', '.join(f'`{n}`' for n in left_out)}.")
     return 0

@@ -239,6 +239,8 @@ def test_bench_sensitivity_leaves_out_a_suite_statistic_one_method_has_and_refus
     shown = subprocess.run(run, cwd=REPO, capture_output=True, text=True)
     assert shown.returncode == 0, shown.stderr
     assert "| `final_client_global_acc` |" in shown.stdout and "| `final_global_acc` |" not in shown.stdout
+    assert "- `final_client_global_acc`: 9 methods on het-a1, het-a2, het-a5; left out, not on every one of these: " \
+        "fedmd_lf." in shown.stdout  # its other columns hold fewer methods
     assert shown.stdout.rstrip().endswith(
         "Left out, no two pinned methods share a setting for them: `final_global_acc`.")
     named = subprocess.run([*run, "--statistic", "final_global_acc"], cwd=REPO, capture_output=True, text=True)
@@ -279,6 +281,20 @@ def test_sensitivity_judges_the_methods_on_the_settings_they_share_most() -> Non
     pinned = _pinned({"a": {"x": [0.9, 0.8], "y": [0.7, 0.6]}, "b": {"x": [0.85, 0.8], "y": [0.7, 0.65]}})
     del pinned.values["b"]["y"].seeds[1].values["final_global_acc"]
     assert sorted(comparable(pinned, final)["b"]) == [("x", 0), ("x", 1)]
+
+
+def test_a_narrowed_sensitivity_names_its_settings_and_the_methods_left_out() -> None:
+    from bench.report.versus import narrowed
+    from bench.suites.statistics import Statistic
+
+    final, local = Statistic.model_validate("final_global_acc"), Statistic.model_validate("final_local_acc")
+    wide, narrow = {"x": [0.9, 0.8], "y": [0.7, 0.6], "z": [0.5, 0.4]}, {"x": [0.85, 0.8]}
+    assert narrowed(_pinned({"a": wide, "b": wide, "c": narrow}), final) == \
+        "`final_global_acc`: 2 methods on x, y, z; left out, not on every one of these: c."
+    assert narrowed(_pinned({"a": wide, "b": wide, "c": narrow, "d": narrow, "e": narrow, "f": narrow}), final) == \
+        "`final_global_acc`: 6 methods on x."  # y and z unused, every method compared
+    assert narrowed(_pinned({"a": wide, "b": wide}), final) is None  # every setting and method
+    assert narrowed(_pinned({"a": wide, "b": wide, "c": narrow}), local) is None  # nothing compared
 
 
 def test_sensitivity_rows_leave_out_refuse_or_fail_clearly() -> None:

@@ -160,6 +160,23 @@ def sensitivity_rows(pinned: PinnedFile, statistics: list[Statistic],
     return rows, left_out
 
 
+def narrowed(pinned: PinnedFile, statistic: Statistic) -> str | None:
+    """A line naming what the sensitivity of ``statistic`` is judged on when that is not every pinned setting and
+    method that has it (:func:`comparable`): the settings, and the methods left out for not having every one of
+    them; None when nothing is left out, or nothing is compared."""
+    values = comparable(pinned, statistic)
+    if not values:
+        return None
+    order = list(dict.fromkeys(s for cells in pinned.values.values() for s in cells))
+    used = [s for s in order if any(setting == s for v in values.values() for setting, _ in v)]
+    others = [m for m, cells in pinned.values.items() if m not in values
+              and any(statistic.name in e.values for c in cells.values() for e in c.seeds.values())]
+    if not others and len(used) == len(order):
+        return None
+    return (f"`{statistic.name}`: {len(values)} methods on {', '.join(used)}"
+            + (f"; left out, not on every one of these: {', '.join(others)}" if others else "") + ".")
+
+
 def sensitivity_row(statistic: Statistic, r: Sensitivity) -> list[str]:
     """One statistic's cells of `bench sensitivity`'s table, spreads in accuracy points."""
     def pts(x: float | None) -> str:
