@@ -134,9 +134,8 @@ class Sensitivity:
     def seeds_for(self, shift: float) -> int | None:
         """The seeds, over these settings, with which the pair noise lets the paired t-test detect a mean difference
         ``shift`` with power ``POWER`` (:func:`~bench.suites.verdicts.seeds_to_detect`; None: beyond its count; the
-        pair noise must be finite: with one seed a setting there is none). The
-        pair noise is pooled within settings, so the count leaves out how a difference varies between settings (the
-        reports' headline counts it in)."""
+        pair noise must be finite: with one seed a setting there is none). The pair noise is pooled within settings,
+        so the count leaves out how a difference varies between settings (the reports' headline counts it in)."""
         return seeds_to_detect(shift, self.pair_noise, self.settings)
 
 

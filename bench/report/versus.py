@@ -104,6 +104,11 @@ def _value(records: Records, statistic: Statistic, run: str) -> float:
 
 # ---------------------------------------------------------------- sensitivity: can the suite tell methods apart?
 
+def _setting_order(pinned: PinnedFile) -> list[str]:
+    """The pinned file's settings, in the order they first appear."""
+    return list(dict.fromkeys(s for cells in pinned.values.values() for s in cells))
+
+
 def comparable(pinned: PinnedFile, statistic: Statistic) -> dict[str, Values]:
     """The per-seed values of ``statistic`` of the pinned methods on the settings they share most. Each method has it
     for every seed on a set of settings; of those sets and their intersections, the one whose methods (two at least)
@@ -111,7 +116,7 @@ def comparable(pinned: PinnedFile, statistic: Statistic) -> dict[str, Values]:
     first in the pinned file. Each method that has every setting of it counts, on those settings only; {} where no
     two methods share a setting. A suite whose methods run different columns (a paper's ablations, sweeps) is judged
     on its widest common ground."""
-    order = list(dict.fromkeys(s for cells in pinned.values.values() for s in cells))
+    order = _setting_order(pinned)
     having = {m: frozenset(s for s, cell in cells.items()
                            if all(statistic.name in e.values for e in cell.seeds.values()))
               for m, cells in pinned.values.items()}
@@ -167,7 +172,7 @@ def narrowed(pinned: PinnedFile, statistic: Statistic) -> str | None:
     values = comparable(pinned, statistic)
     if not values:
         return None
-    order = list(dict.fromkeys(s for cells in pinned.values.values() for s in cells))
+    order = _setting_order(pinned)
     used = [s for s in order if any(setting == s for v in values.values() for setting, _ in v)]
     others = [m for m, cells in pinned.values.items() if m not in values
               and any(statistic.name in e.values for c in cells.values() for e in c.seeds.values())]
