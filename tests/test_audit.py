@@ -179,7 +179,9 @@ def test_audit_a_paper_cell_from_a_fresh_clone(clone: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert "id       fedavg/m5/final_local_acc  (suite fedhkd-proxy)" in done.stdout
     assert "paper    svhn-m10 0.6766 / cifar10-m10 0.595 / cifar100-m10 0.2361" in done.stdout  # pipelines/fedhkd/NOTES.md §6
-    assert done.stdout.count("(bitwise equal)") == 3 and "DIFFERS" not in done.stdout
+    seeds = load_suite(clone / "pipelines" / "fedhkd" / "params.yaml").params.suite.seeds
+    assert len(seeds) == 7 and done.stdout.count("(bitwise equal)") == len(seeds)  # each pinned seed's value
+    assert "DIFFERS" not in done.stdout
 
 
 def test_the_committed_remote_holds_only_small_run_records() -> None:
